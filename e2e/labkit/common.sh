@@ -1,0 +1,85 @@
+# Shared settings and helpers of the roam lab (sourced by e2e/lab and its parts).
+# Everything the lab creates is named roam-* and lives under $LAB_DIR; every daemon's PID
+# is recorded there and stopped by PID.
+
+LABKIT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+E2E=$(cd "$LABKIT/.." && pwd)
+LAB_DIR=${ROAM_LAB_DIR:-/var/tmp/roam/lab}
+CACHE=${ROAM_CACHE:-/var/cache/roam}
+KUBE_BIN=$CACHE/kube/bin
+GUEST_DIR=$CACHE/guest
+
+NODES="node-a node-b"
+# Lab underlay: a bridge in the root namespace that reaches each node's namespace through a
+# veth. It carries the API traffic and libvirt's migration stream. Nodes have no default
+# route, so nothing can leave the machine.
+BRIDGE=roam-br0
+BRIDGE_IP=10.213.0.1
+# Geneve between the chassis runs on its own veth pair, on each chassis' br-phy
+# (the userspace datapath needs the tunnel endpoint on an OVS bridge).
+APISERVER_PORT=${ROAM_APISERVER_PORT:-16443}
+ETCD_CLIENT_PORT=${ROAM_ETCD_CLIENT_PORT:-23790}
+ETCD_PEER_PORT=${ROAM_ETCD_PEER_PORT:-23800}
+NB_TCP_PORT=${ROAM_NB_TCP_PORT:-16641}
+SB_TCP_PORT=${ROAM_SB_TCP_PORT:-16642}
+
+node_index() { case $1 in node-a) echo 11 ;; node-b) echo 12 ;; *) echo "unknown node $1" >&2; return 1 ;; esac; }
+node_ns() { echo "roam-$1"; }
+node_dir() { echo "$LAB_DIR/$1"; }
+node_ip() { echo "10.213.0.$(node_index "$1")"; }
+node_tunnel_ip() { echo "10.214.0.$(node_index "$1")"; }
+node_libvirt_uri() { echo "qemu+unix:///system?socket=$(node_dir "$1")/fs_run/libvirt/libvirt-sock"; }
+node_ovs_db() { echo "unix:$(node_dir "$1")/fs_run/openvswitch/db.sock"; }
+
+CENTRAL=$LAB_DIR/central
+OVN_NB_DB=unix:$CENTRAL/ovnnb_db.sock
+OVN_SB_DB=unix:$CENTRAL/ovnsb_db.sock
+KUBECONFIG_PATH=$LAB_DIR/kube/kubeconfig
+export OVN_NB_DB OVN_SB_DB
+
+log() { printf '[lab %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}'; }
+
+# pid_alive FILE: the PID recorded in FILE is a running process.
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# stop_pid FILE [NAME]: TERM the recorded PID, wait up to 10 s, then KILL; remove FILE.
+stop_pid() {
+  local f=$1 pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+# wait_for SECONDS DESCRIPTION LOGFILE CMD...: poll CMD every 0.1 s; on timeout print the log tail.
+wait_for() {
+  local secs=$1 what=$2 logf=$3; shift 3
+  local deadline=$(( $(date +%s) + secs ))
+  until "$@" >/dev/null 2>&1; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      log "timed out after ${secs}s waiting for $what"
+      [ -n "$logf" ] && [ -f "$logf" ] && { log "last lines of $logf:"; tail -n 40 "$logf" >&2; }
+      return 1
+    fi
+    sleep 0.1
+  done
+}
+
+# The holder process of a node owns its private mount namespace (and sits in its netns).
+node_holder_pid() { cat "$(node_dir "$1")/holder.pid" 2>/dev/null; }
+
+# node_exec NODE CMD...: run CMD inside NODE's network and mount namespaces.
+# (fd 9 is the lab lock: daemons must not inherit it, or they would hold it forever)
+node_exec() {
+  local n=$1; shift
+  local pid; pid=$(node_holder_pid "$n") || die "node $n is not up"
+  nsenter -t "$pid" -m -n -- "$@" 9>&-
+}

@@ -1,0 +1,108 @@
+# Lab nodes: one network namespace + one private mount namespace per node, the underlay
+# bridge in the root namespace, and the geneve veth between the nodes.
+
+nodes_up() {
+  local n ns d idx
+  ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
+  ip addr replace "$BRIDGE_IP/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  for n in $NODES; do
+    ns=$(node_ns "$n"); d=$(node_dir "$n"); idx=$(node_index "$n")
+    # fresh state, but keep libvirt's QEMU capability cache (probing QEMU takes seconds)
+    mkdir -p "$d"
+    find "$d" -mindepth 1 -maxdepth 1 ! -name fs_var_cache_libvirt -exec rm -rf {} +
+    mkdir -p "$d/logs"
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    ip link add "roam-up$idx" type veth peer name up0 netns "$ns"
+    ip link set "roam-up$idx" master "$BRIDGE" up
+    ip -n "$ns" addr add "$(node_ip "$n")/24" dev up0
+    ip -n "$ns" link set up0 up
+    # libvirt's private tree for this node: a copy of /etc/libvirt with its own host_uuid.
+    rm -rf "$d/fs_etc_libvirt"
+    cp -a /etc/libvirt "$d/fs_etc_libvirt"
+    rm -rf "$d/fs_etc_libvirt/qemu/networks/autostart" "$d"/fs_etc_libvirt/qemu/networks/*.xml \
+      "$d"/fs_etc_libvirt/nwfilter/*.xml "$d"/fs_etc_libvirt/hooks/* 2>/dev/null || true
+    cat > "$d/fs_etc_libvirt/libvirtd.conf" <<EOF
+# roam lab $n: private libvirtd (see e2e/labkit/node-inner.sh for the bind mounts)
+host_uuid = "$(uuidgen)"
+unix_sock_dir = "/run/libvirt"
+unix_sock_group = "root"
+unix_sock_ro_perms = "0777"
+unix_sock_rw_perms = "0770"
+auth_unix_ro = "none"
+auth_unix_rw = "none"
+listen_tls = 0
+listen_tcp = 0
+log_level = 3
+log_outputs = "3:file:/var/log/libvirt/libvirtd.log"
+EOF
+    # QEMU as root without cgroups, namespaces or virtlogd: two daemons on one host must
+    # not fight over the same machine cgroup.
+    cat > "$d/fs_etc_libvirt/qemu.conf" <<'EOF'
+user = "root"
+group = "root"
+dynamic_ownership = 0
+remember_owner = 0
+security_driver = "none"
+cgroup_controllers = [ ]
+namespaces = [ ]
+stdio_handler = "file"
+migration_address = "0.0.0.0"
+EOF
+    rm -f "$d/mounted"
+    nsenter --net="/run/netns/$ns" -- unshare --mount --propagation private -- \
+      bash "$LABKIT/node-inner.sh" "$d" >"$d/logs/holder.log" 2>&1 9>&- &
+    echo $! > "$d/holder.pid"
+  done
+  # geneve underlay between the two chassis
+  ip link add roam-gnv-a type veth peer name roam-gnv-b
+  ip link set roam-gnv-a netns "$(node_ns node-a)"
+  ip link set roam-gnv-b netns "$(node_ns node-b)"
+  for n in $NODES; do
+    ns=$(node_ns "$n")
+    ip -n "$ns" link set "roam-gnv-${n#node-}" name gnv0 mtu 9000 up
+    wait_for 10 "node $n mount namespace" "$(node_dir "$n")/logs/holder.log" test -f "$(node_dir "$n")/mounted" \
+      || return 1
+  done
+}
+
+# Kill every process left in a node's mount namespace (QEMU children of libvirtd, ...),
+# found by its /proc/PID/ns/mnt, after the daemons were stopped by their pidfiles.
+node_sweep() {
+  local n=$1 holder mnt p
+  holder=$(node_holder_pid "$n") || return 0
+  mnt=$(readlink "/proc/$holder/ns/mnt" 2>/dev/null) || return 0
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    [ "$p" = "$holder" ] && continue
+    [ "$(readlink "/proc/$p/ns/mnt" 2>/dev/null)" = "$mnt" ] && kill -9 "$p" 2>/dev/null || true
+  done
+}
+
+nodes_down() {
+  local n ns idx
+  for n in $NODES; do
+    node_sweep "$n"
+    stop_pid "$(node_dir "$n")/holder.pid"
+  done
+  for n in $NODES; do
+    ns=$(node_ns "$n"); idx=$(node_index "$n")
+    ip netns del "$ns" 2>/dev/null || true
+    ip link del "roam-up$idx" 2>/dev/null || true
+  done
+  ip link del roam-gnv-a 2>/dev/null || true
+  ip link del "$BRIDGE" 2>/dev/null || true
+}
+
+nodes_status() {
+  local n ok=0
+  for n in $NODES; do
+    if pid_alive "$(node_dir "$n")/holder.pid" && [ -e "/run/netns/$(node_ns "$n")" ]; then
+      echo "node $n: up (netns $(node_ns "$n"), ip $(node_ip "$n"))"
+    else
+      echo "node $n: DOWN"; ok=1
+    fi
+  done
+  return $ok
+}

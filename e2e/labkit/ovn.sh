@@ -1,0 +1,98 @@
+# Lab OVN: central (NB + SB ovsdb-server, ovn-northd) in the root namespace, and on each node
+# a chassis named after the node: ovsdb-server, ovs-vswitchd (userspace datapath) and
+# ovn-controller, inside the node's namespaces. Geneve between the chassis.
+
+ovn_central_up() {
+  mkdir -p "$CENTRAL"
+  rm -f "$CENTRAL"/*.db
+  ovsdb-tool create "$CENTRAL/ovnnb_db.db" /usr/share/ovn/ovn-nb.ovsschema
+  ovsdb-tool create "$CENTRAL/ovnsb_db.db" /usr/share/ovn/ovn-sb.ovsschema
+  local db
+  for db in nb sb; do
+    local port=$NB_TCP_PORT; [ $db = sb ] && port=$SB_TCP_PORT
+    ovsdb-server -vconsole:off --detach --no-chdir --pidfile="$CENTRAL/ovn${db}_db.pid" \
+      --log-file="$CENTRAL/ovsdb-server-$db.log" --unixctl="$CENTRAL/ovn${db}_db.ctl" \
+      --remote="punix:$CENTRAL/ovn${db}_db.sock" --remote="ptcp:$port:127.0.0.1" \
+      "$CENTRAL/ovn${db}_db.db" 9>&- || return 1
+  done
+  ovn-nbctl --no-wait init
+  ovn-sbctl init
+  ovn-northd -vconsole:off --detach --no-chdir --pidfile="$CENTRAL/ovn-northd.pid" --log-file="$CENTRAL/ovn-northd.log" \
+    --unixctl="$CENTRAL/ovn-northd.ctl" --ovnnb-db="$OVN_NB_DB" --ovnsb-db="$OVN_SB_DB" 9>&- || return 1
+}
+
+# node_vsctl NODE ARGS...: ovs-vsctl against the node's local Open_vSwitch database.
+node_vsctl() { local n=$1; shift; ovs-vsctl --timeout=30 --db="$(node_ovs_db "$n")" "$@"; }
+
+ovn_chassis_up() {
+  local n=$1 d; d=$(node_dir "$n")
+  mkdir -p "$d/ovs"
+  rm -f "$d/ovs/conf.db"
+  ovsdb-tool create "$d/ovs/conf.db" /usr/share/openvswitch/vswitch.ovsschema
+  node_exec "$n" ovsdb-server -vconsole:off --detach --no-chdir --pidfile=/run/openvswitch/ovsdb-server.pid \
+    --log-file="$d/logs/ovsdb-server.log" --remote=punix:/run/openvswitch/db.sock \
+    --unixctl=/run/openvswitch/ovsdb-server.ctl "$d/ovs/conf.db" || return 1
+  node_vsctl "$n" --no-wait init
+  node_exec "$n" ovs-vswitchd -vconsole:off --detach --no-chdir --pidfile=/run/openvswitch/ovs-vswitchd.pid \
+    --log-file="$d/logs/ovs-vswitchd.log" unix:/run/openvswitch/db.sock || return 1
+  node_vsctl "$n" -- --may-exist add-br br-int -- set bridge br-int datapath_type=netdev \
+    fail-mode=secure other-config:disable-in-band=true
+  # underlay for userspace tunnelling: the tunnel IP lives on an OVS bridge (br-phy)
+  node_vsctl "$n" -- --may-exist add-br br-phy -- set bridge br-phy datapath_type=netdev \
+    -- --may-exist add-port br-phy gnv0
+  node_exec "$n" ip addr add "$(node_tunnel_ip "$n")/24" dev br-phy
+  node_exec "$n" ip link set br-phy up
+  node_vsctl "$n" set open . external_ids:system-id="$n" external_ids:hostname="$n" \
+    external_ids:ovn-remote="$OVN_SB_DB" external_ids:ovn-encap-type=geneve \
+    external_ids:ovn-encap-ip="$(node_tunnel_ip "$n")" external_ids:ovn-bridge-datapath-type=netdev \
+    external_ids:ovn-encap-tos=inherit
+  node_exec "$n" ovn-controller -vconsole:off --detach --no-chdir --pidfile=/run/ovn/ovn-controller.pid \
+    --log-file="$d/logs/ovn-controller.log" unix:/run/openvswitch/db.sock || return 1
+}
+
+ovn_up() {
+  local t0 n; t0=$(now)
+  ovn_central_up || return 1
+  for n in $NODES; do ovn_chassis_up "$n" || return 1; done
+  for n in $NODES; do
+    wait_for 60 "chassis $n in the SB database" "$(node_dir "$n")/logs/ovn-controller.log" \
+      ovn-sbctl --timeout=5 get Chassis "$n" name || return 1
+  done
+  # a geneve tunnel port to the other chassis on each node
+  for n in $NODES; do
+    wait_for 60 "geneve tunnel on $n" "$(node_dir "$n")/logs/ovn-controller.log" \
+      sh -c "ovs-vsctl --db=$(node_ovs_db "$n") --columns=type find Interface type=geneve | grep -q geneve" || return 1
+  done
+  log "OVN up in $(elapsed "$t0") s"
+}
+
+ovn_down() {
+  local n d f
+  for n in $NODES; do
+    d=$(node_dir "$n")
+    for f in ovn/ovn-controller openvswitch/ovs-vswitchd openvswitch/ovsdb-server; do
+      stop_pid "$d/fs_run/$f.pid"
+    done
+  done
+  for f in ovn-northd ovnsb_db ovnnb_db; do stop_pid "$CENTRAL/$f.pid"; done
+}
+
+ovn_status() {
+  local ok=0 n d
+  if pid_alive "$CENTRAL/ovnnb_db.pid" && pid_alive "$CENTRAL/ovnsb_db.pid" && pid_alive "$CENTRAL/ovn-northd.pid" \
+    && ovn-nbctl --timeout=5 show >/dev/null 2>&1; then
+    echo "ovn central: up (NB $OVN_NB_DB, tcp:127.0.0.1:$NB_TCP_PORT)"
+  else
+    echo "ovn central: DOWN"; ok=1
+  fi
+  for n in $NODES; do
+    d=$(node_dir "$n")/fs_run
+    if pid_alive "$d/ovn/ovn-controller.pid" && pid_alive "$d/openvswitch/ovs-vswitchd.pid" \
+      && pid_alive "$d/openvswitch/ovsdb-server.pid" && ovn-sbctl --timeout=5 get Chassis "$n" name >/dev/null 2>&1; then
+      echo "ovn chassis $n: up"
+    else
+      echo "ovn chassis $n: DOWN"; ok=1
+    fi
+  done
+  return $ok
+}

@@ -1,0 +1,267 @@
+//! Helpers for roam's lab-backed tests: where the lab's parts are, running tools, waiting on
+//! conditions, and test network namespaces that clean up after themselves.
+//!
+//! Every test here needs the lab (`e2e/lab up`). Without it a test fails loudly and says
+//! how to start it; it never skips.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The lab's parts, read from the environment (`eval "$(e2e/lab env)"`) or, failing that,
+/// from the `lab.env` file that `e2e/lab up` writes.
+#[derive(Clone, Debug)]
+pub struct Lab {
+    vars: HashMap<String, String>,
+}
+
+/// One lab node: its namespaces and daemons.
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// `node-a` or `node-b`: also the OVN chassis name and the Kubernetes Node name.
+    pub name: String,
+    /// The node's network namespace (`ip -n` works with it).
+    pub netns: String,
+    /// The node's address on the lab bridge (API traffic, migration stream).
+    pub ip: String,
+    /// The node's local Open_vSwitch database, `unix:PATH`.
+    pub ovs_db: String,
+    /// The node's libvirtd, a `qemu+unix://` URI.
+    pub libvirt: String,
+}
+
+impl Lab {
+    /// The running lab. Panics with instructions when it is not up.
+    pub fn get() -> Lab {
+        let dir = std::env::var("ROAM_LAB_DIR").unwrap_or_else(|_| "/var/tmp/roam/lab".into());
+        let file = PathBuf::from(&dir).join("lab.env");
+        let mut vars: HashMap<String, String> = std::fs::read_to_string(&file)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        for (k, v) in std::env::vars() {
+            if k.starts_with("ROAM_") || k == "KUBECONFIG" || k.starts_with("OVN_") {
+                vars.insert(k, v);
+            }
+        }
+        let lab = Lab { vars };
+        if lab.var_opt("OVN_NB_DB").is_none() || lab.var_opt("KUBECONFIG").is_none() {
+            panic!(
+                "the roam lab is not up ({} missing): run `sudo e2e/lab up` first (the tests need a real \
+                 kube-apiserver, OVN and libvirt; they are never skipped)",
+                file.display()
+            );
+        }
+        lab
+    }
+
+    fn var_opt(&self, k: &str) -> Option<&str> {
+        self.vars
+            .get(k)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// A lab variable; panics naming it when missing.
+    pub fn var(&self, k: &str) -> &str {
+        self.var_opt(k).unwrap_or_else(|| {
+            panic!("lab variable {k} is not set; is the lab up (e2e/lab status)?")
+        })
+    }
+
+    /// The lab's kubeconfig file.
+    pub fn kubeconfig(&self) -> &str {
+        self.var("KUBECONFIG")
+    }
+
+    /// OVN northbound database (unix socket).
+    pub fn nb(&self) -> &str {
+        self.var("OVN_NB_DB")
+    }
+
+    /// OVN northbound database over TCP on loopback.
+    pub fn nb_tcp(&self) -> &str {
+        self.var("ROAM_OVN_NB_TCP")
+    }
+
+    /// A node by name (`node-a`, `node-b`).
+    pub fn node(&self, name: &str) -> Node {
+        let key = name.replace('-', "_").to_uppercase();
+        let get = |what: &str| self.var(&format!("ROAM_{key}_{what}")).to_string();
+        Node {
+            name: name.to_string(),
+            netns: get("NETNS"),
+            ip: get("IP"),
+            ovs_db: get("OVS_DB"),
+            libvirt: get("LIBVIRT"),
+        }
+    }
+
+    /// The guest kernel and initramfs.
+    pub fn guest(&self) -> (String, String) {
+        (
+            self.var("ROAM_GUEST_KERNEL").into(),
+            self.var("ROAM_GUEST_INITRD").into(),
+        )
+    }
+
+    /// The lab's state directory.
+    pub fn dir(&self) -> PathBuf {
+        PathBuf::from(self.var("ROAM_LAB_DIR"))
+    }
+}
+
+/// Run a program; panic with its output if it fails. Returns stdout.
+pub fn run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "{program} {} failed ({}):\nstdout: {}\nstderr: {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Run a program; `Ok(stdout)` or `Err(stderr)`.
+pub fn try_run(program: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// `ovn-nbctl` against the lab's NB database.
+pub fn nbctl(lab: &Lab, args: &[&str]) -> String {
+    let db = format!("--db={}", lab.nb());
+    let mut all = vec![db.as_str(), "--timeout=30"];
+    all.extend_from_slice(args);
+    run("ovn-nbctl", &all)
+}
+
+/// `ovs-vsctl` against a node's Open_vSwitch database.
+pub fn vsctl(node: &Node, args: &[&str]) -> String {
+    let db = format!("--db={}", node.ovs_db);
+    let mut all = vec![db.as_str(), "--timeout=30"];
+    all.extend_from_slice(args);
+    run("ovs-vsctl", &all)
+}
+
+/// Poll `f` until it returns `Some`, for at most `timeout`; panic naming `what` otherwise.
+pub fn wait_until<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A network namespace owned by a test, deleted when dropped. Names start with `roam-t-`
+/// so that `e2e/lab down` removes any a killed test left behind.
+#[derive(Debug)]
+pub struct TestNetns {
+    /// The namespace name.
+    pub name: String,
+}
+
+impl TestNetns {
+    /// Create `roam-t-<suffix>` (replacing a stale one of the same name).
+    pub fn new(suffix: &str) -> TestNetns {
+        let name = format!("roam-t-{suffix}");
+        let _ = try_run("ip", &["netns", "del", &name]);
+        run("ip", &["netns", "add", &name]);
+        run("ip", &["-n", &name, "link", "set", "lo", "up"]);
+        // keep DHCP clients from rewriting the host's resolv.conf
+        let etc = PathBuf::from("/etc/netns").join(&name);
+        std::fs::create_dir_all(&etc).expect("create /etc/netns entry");
+        std::fs::write(etc.join("resolv.conf"), format!("# {name}\n")).expect("write resolv.conf");
+        TestNetns { name }
+    }
+
+    /// Run a program inside the namespace; panic on failure.
+    pub fn run(&self, program: &str, args: &[&str]) -> String {
+        let mut all = vec!["netns", "exec", self.name.as_str(), program];
+        all.extend_from_slice(args);
+        run("ip", &all)
+    }
+
+    /// Run a program inside the namespace; `Ok(stdout)` or `Err(stderr)`.
+    pub fn try_run(&self, program: &str, args: &[&str]) -> Result<String, String> {
+        let mut all = vec!["netns", "exec", self.name.as_str(), program];
+        all.extend_from_slice(args);
+        try_run("ip", &all)
+    }
+
+    /// One ping to `ip` with a 1 s deadline.
+    pub fn ping_once(&self, ip: &str) -> bool {
+        self.try_run("ping", &["-n", "-c", "1", "-W", "1", ip])
+            .is_ok()
+    }
+}
+
+impl Drop for TestNetns {
+    fn drop(&mut self) {
+        let _ = try_run("ip", &["netns", "del", &self.name]);
+        let _ = std::fs::remove_dir_all(PathBuf::from("/etc/netns").join(&self.name));
+    }
+}
+
+/// Plug a test namespace into OVN on `node`: an OVS internal port on the node's `br-int`
+/// bound to logical port `lsp`, moved into `ns` with `mac` and a /32 `ip` whose gateway
+/// `gw` is on-link (roam's overlay plumbing, done with `ip` here).
+pub fn plug_netns(
+    node: &Node,
+    ns: &TestNetns,
+    port: &str,
+    lsp: &str,
+    mac: &str,
+    ip: &str,
+    gw: &str,
+) {
+    vsctl(
+        node,
+        &[
+            "--may-exist",
+            "add-port",
+            "br-int",
+            port,
+            "--",
+            "set",
+            "interface",
+            port,
+            "type=internal",
+            &format!("external_ids:iface-id={lsp}"),
+        ],
+    );
+    wait_until(Duration::from_secs(20), "internal port to appear", || {
+        try_run("ip", &["-n", &node.netns, "link", "show", port]).ok()
+    });
+    run(
+        "ip",
+        &["-n", &node.netns, "link", "set", port, "netns", &ns.name],
+    );
+    ns.run("ip", &["link", "set", port, "address", mac]);
+    ns.run("ip", &["link", "set", port, "up"]);
+    ns.run("ip", &["addr", "add", &format!("{ip}/32"), "dev", port]);
+    ns.run("ip", &["route", "add", gw, "dev", port, "scope", "link"]);
+    ns.run("ip", &["route", "add", "default", "via", gw, "dev", port]);
+}
