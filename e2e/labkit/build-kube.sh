@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Build the lab's Kubernetes binaries (v1.20.2: kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubelet) from Debian bookworm's own `kubernetes` source package.
+# kube-scheduler, kubelet, kubectl) from Debian bookworm's own `kubernetes` source package.
 # Offline except apt. Cached outside the checkout: a second run is a no-op.
 # Cold: ~6-8 min on 2 cores. Env: ROAM_CACHE (default /var/cache/roam).
 set -euo pipefail
 CACHE=${ROAM_CACHE:-/var/cache/roam}
 WORK=$CACHE/kube
 BIN_DIR=$WORK/bin
-BINS=${KUBE_BINS:-"kube-apiserver kube-controller-manager kube-scheduler kubelet"}
+BINS=${KUBE_BINS:-"kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl"}
 need=""
 for b in $BINS; do [ -x "$BIN_DIR/$b" ] || need="$need cmd/$b"; done
 if [ -z "$need" ]; then

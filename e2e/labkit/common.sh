@@ -23,10 +23,17 @@ ETCD_PEER_PORT=${ROAM_ETCD_PEER_PORT:-23800}
 NB_TCP_PORT=${ROAM_NB_TCP_PORT:-16641}
 SB_TCP_PORT=${ROAM_SB_TCP_PORT:-16642}
 
+# Paths kubelet, containerd, CNI and libvirt hard-code: each node gets its own copy, bind-mounted
+# in the node's private mount namespace (the host's are never written).
+NODE_BIND_PATHS="/run /etc/libvirt /var/lib/libvirt /var/log/libvirt /var/cache/libvirt \
+/var/lib/kubelet /var/log/pods /var/log/containers /var/lib/containerd /var/lib/cni /etc/cni/net.d /opt/cni"
+bind_src() { echo "$(node_dir "$1")/fs$(echo "$2" | tr / _)"; }
+
 node_index() { case $1 in node-a) echo 11 ;; node-b) echo 12 ;; *) echo "unknown node $1" >&2; return 1 ;; esac; }
 node_ns() { echo "roam-$1"; }
 node_dir() { echo "$LAB_DIR/$1"; }
 node_ip() { echo "10.213.0.$(node_index "$1")"; }
+node_pod_net() { echo "10.215.$(node_index "$1")"; }   # /24 of the stand-in bridge CNI
 node_tunnel_ip() { echo "10.214.0.$(node_index "$1")"; }
 node_libvirt_uri() { echo "qemu+unix:///system?socket=$(node_dir "$1")/fs_run/libvirt/libvirt-sock"; }
 node_ovs_db() { echo "unix:$(node_dir "$1")/fs_run/openvswitch/db.sock"; }
@@ -36,6 +43,9 @@ OVN_NB_DB=unix:$CENTRAL/ovnnb_db.sock
 OVN_SB_DB=unix:$CENTRAL/ovnsb_db.sock
 KUBECONFIG_PATH=$LAB_DIR/kube/kubeconfig
 export OVN_NB_DB OVN_SB_DB
+
+# kubectl from the same source tree as the API server (a fresh Debian 12 has none)
+kubectl() { "$KUBE_BIN/kubectl" "$@"; }
 
 log() { printf '[lab %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

@@ -5,6 +5,8 @@ export DEBIAN_FRONTEND=noninteractive
 PKGS=(
   # kube control plane at run time
   etcd-server openssl curl ca-certificates
+  # real nodes: containerd + runc; the CNI reference plugins stand in until roam-cni
+  containerd runc containernetworking-plugins gcc libc6-dev python3
   # OVN: central + two chassis (userspace datapath)
   openvswitch-switch openvswitch-common ovn-central ovn-host
   # VMs: libvirtd + QEMU (TCG), and what the guest build needs

@@ -1,6 +1,6 @@
 # Lab Kubernetes control plane: etcd, kube-apiserver (on the lab bridge, so node
-# namespaces reach it), kube-controller-manager (namespace, GC, service accounts), and the
-# Node objects node-a and node-b.
+# namespaces reach it), kube-controller-manager (namespace, GC, service accounts). The Node
+# objects node-a and node-b are registered by the nodes' real kubelets (kubelet.sh).
 
 KDIR=$LAB_DIR/kube
 
@@ -70,7 +70,9 @@ kube_up() {
     --service-account-key-file="$P/sa.pub" --service-account-signing-key-file="$P/sa.key" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range=10.0.0.0/24 \
-    --authorization-mode=Node,RBAC --allow-privileged=true \
+    --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction --allow-privileged=true \
+    --kubelet-client-certificate="$P/admin.crt" --kubelet-client-key="$P/admin.key" \
+    --kubelet-certificate-authority="$P/ca.crt" --kubelet-preferred-address-types=InternalIP \
     --profiling=false --logtostderr=true --v=1 \
     >"$KDIR/logs/kube-apiserver.log" 2>&1 9>&- &
   echo $! > "$KDIR/kube-apiserver.pid"
@@ -85,18 +87,6 @@ kube_up() {
   echo $! > "$KDIR/kube-controller-manager.pid"
   wait_for 60 "kube-controller-manager (default ServiceAccount)" "$KDIR/logs/kube-controller-manager.log" \
     kube_curl /api/v1/namespaces/default/serviceaccounts/default || return 1
-  local n
-  for n in $NODES; do
-    kubectl --kubeconfig "$KUBECONFIG_PATH" apply -f - >/dev/null <<EOF || return 1
-apiVersion: v1
-kind: Node
-metadata:
-  name: $n
-  labels: {kubernetes.io/hostname: $n, roam.dev/lab: "true"}
-status:
-  addresses: [{type: InternalIP, address: "$(node_ip "$n")"}, {type: Hostname, address: $n}]
-EOF
-  done
   log "kube control plane up in $(elapsed "$t0") s"
 }
 

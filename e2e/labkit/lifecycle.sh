@@ -8,7 +8,9 @@ case $1 in
   up-twice)
     e2e/lab up
     pids=$(cat "$LAB_DIR"/kube/kube-apiserver.pid "$LAB_DIR"/central/ovnnb_db.pid)
-    e2e/lab up 2>&1 | tee /dev/stderr | grep -q "lab already up"
+    out=$(e2e/lab up 2>&1)
+    echo "$out"
+    grep -q "lab already up" <<<"$out" || { echo "the second up did not see the running lab"; exit 1; }
     [ "$pids" = "$(cat "$LAB_DIR"/kube/kube-apiserver.pid "$LAB_DIR"/central/ovnnb_db.pid)" ] \
       || { echo "a second up restarted daemons"; exit 1; }
     e2e/lab status

@@ -4,6 +4,7 @@
 # Daemons of the node are started later with `nsenter -t <holder> -m -n`.
 set -euo pipefail
 D=$1
+BIND_PATHS=$2
 # A sysfs for this network namespace (so /sys/class/net shows the node's links), keeping
 # the cgroup tree that kubelet and libvirt need (`ip netns exec` would drop it).
 tmp=$(mktemp -d)
@@ -12,7 +13,7 @@ mount -t sysfs sysfs /sys
 mount --move "$tmp" /sys/fs/cgroup
 rmdir "$tmp"
 # Stock paths, private per node: daemons inside use their defaults.
-for p in /run /etc/libvirt /var/lib/libvirt /var/log/libvirt /var/cache/libvirt; do
+for p in $BIND_PATHS; do
   src=$D/fs$(echo "$p" | tr / _)
   mkdir -p "$src"
   mount --bind "$src" "$p"

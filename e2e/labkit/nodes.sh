@@ -1,8 +1,28 @@
 # Lab nodes: one network namespace + one private mount namespace per node, the underlay
 # bridge in the root namespace, and the geneve veth between the nodes.
 
+# Bind mounts need their mount points on the host; create the missing ones, and remember
+# them so that `down` removes exactly those.
+make_mount_points() {
+  local p dir c
+  for p in $NODE_BIND_PATHS; do
+    dir=""
+    for c in $(echo "$p" | tr / ' '); do
+      dir="$dir/$c"
+      [ -d "$dir" ] || { mkdir "$dir"; echo "$dir" >> "$LAB_DIR/created-dirs"; }
+    done
+  done
+}
+
+remove_mount_points() {
+  [ -f "$LAB_DIR/created-dirs" ] || return 0
+  tac "$LAB_DIR/created-dirs" | while read -r dir; do rmdir "$dir" 2>/dev/null || true; done
+  rm -f "$LAB_DIR/created-dirs"
+}
+
 nodes_up() {
   local n ns d idx
+  make_mount_points
   ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
   ip addr replace "$BRIDGE_IP/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
@@ -52,7 +72,7 @@ migration_address = "0.0.0.0"
 EOF
     rm -f "$d/mounted"
     nsenter --net="/run/netns/$ns" -- unshare --mount --propagation private -- \
-      bash "$LABKIT/node-inner.sh" "$d" >"$d/logs/holder.log" 2>&1 9>&- &
+      bash "$LABKIT/node-inner.sh" "$d" "$NODE_BIND_PATHS" >"$d/logs/holder.log" 2>&1 9>&- &
     echo $! > "$d/holder.pid"
   done
   # geneve underlay between the two chassis
@@ -93,6 +113,7 @@ nodes_down() {
   done
   ip link del roam-gnv-a 2>/dev/null || true
   ip link del "$BRIDGE" 2>/dev/null || true
+  remove_mount_points
 }
 
 nodes_status() {

@@ -77,6 +77,11 @@ impl Lab {
         self.var("KUBECONFIG")
     }
 
+    /// kubectl built from the same source as the lab's API server.
+    pub fn kubectl(&self) -> &str {
+        self.var("ROAM_KUBECTL")
+    }
+
     /// OVN northbound database (unix socket).
     pub fn nb(&self) -> &str {
         self.var("OVN_NB_DB")

@@ -1,0 +1,248 @@
+//! The lab's nodes are real: pods created through the API are placed by kube-scheduler,
+//! started by each node's kubelet and containerd from local images, serve logs and exec
+//! through the API server, reach each other across the nodes, and leave nothing behind on
+//! the node when deleted.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, LogParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Client, Config, ResourceExt};
+use roam_e2e::{Lab, run, try_run, wait_until};
+use serde_json::json;
+
+async fn client(lab: &Lab) -> Client {
+    let kc = Kubeconfig::read_from(lab.kubeconfig()).expect("read the lab kubeconfig");
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig");
+    Client::try_from(config).expect("client")
+}
+
+fn kubectl(lab: &Lab, args: &[&str]) -> String {
+    let mut all = vec!["--kubeconfig", lab.kubeconfig(), "--request-timeout=60s"];
+    all.extend_from_slice(args);
+    run(lab.kubectl(), &all)
+}
+
+/// Containers containerd runs on `node` (the `k8s.io` namespace), by ID.
+fn node_containers(lab: &Lab, node: &str) -> String {
+    let pid = lab
+        .var(&format!(
+            "ROAM_{}_HOLDER_PID",
+            node.replace('-', "_").to_uppercase()
+        ))
+        .to_string();
+    run(
+        "nsenter",
+        &[
+            "-t",
+            &pid,
+            "-m",
+            "-n",
+            "--",
+            "ctr",
+            "-n",
+            "k8s.io",
+            "containers",
+            "ls",
+            "-q",
+        ],
+    )
+}
+
+fn busybox_pod(name: &str, node: &str, message: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"roam.dev/e2e": "lab-nodes"}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c",
+                "image": "lab.local/busybox:1.35",
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", format!("echo {message}; exec sleep 3600")],
+            }],
+        },
+    }))
+    .expect("pod JSON")
+}
+
+#[tokio::test]
+async fn both_nodes_are_ready_real_kubelets() {
+    let lab = Lab::get();
+    let nodes: Api<Node> = Api::all(client(&lab).await);
+    for n in ["node-a", "node-b"] {
+        let node = nodes
+            .get(n)
+            .await
+            .unwrap_or_else(|e| panic!("Node {n}: {e}"));
+        let status = node.status.expect("node status");
+        let info = status.node_info.expect("nodeInfo, reported by a kubelet");
+        assert!(info.kubelet_version.starts_with("v1.20"), "{info:?}");
+        assert!(
+            info.container_runtime_version.starts_with("containerd://"),
+            "{info:?}"
+        );
+        let ready = status
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .expect("Ready");
+        assert_eq!(ready.status, "True", "{n}: {ready:?}");
+        assert_eq!(
+            node.metadata
+                .labels
+                .unwrap_or_default()
+                .get("roam.dev/lab")
+                .map(String::as_str),
+            Some("true")
+        );
+    }
+}
+
+#[tokio::test]
+async fn pods_run_on_both_nodes_with_logs_exec_and_cleanup() {
+    let lab = Lab::get();
+    let client = client(&lab).await;
+    let ns = format!("e2e-nodes-{}", std::process::id());
+    kubectl(&lab, &["create", "namespace", &ns]);
+    // the namespace's default ServiceAccount (kube-controller-manager) must exist first
+    wait_until(Duration::from_secs(60), "default ServiceAccount", || {
+        try_run(
+            lab.kubectl(),
+            &[
+                "--kubeconfig",
+                lab.kubeconfig(),
+                "-n",
+                &ns,
+                "get",
+                "serviceaccount",
+                "default",
+            ],
+        )
+        .ok()
+    });
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    let mut ips = vec![];
+    for node in ["node-a", "node-b"] {
+        let name = format!("bb-{node}");
+        pods.create(
+            &PostParams::default(),
+            &busybox_pod(&name, node, &format!("hello from {node}")),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("create pod on {node}: {e}"));
+    }
+    for node in ["node-a", "node-b"] {
+        let name = format!("bb-{node}");
+        tokio::time::timeout(
+            Duration::from_secs(120),
+            await_condition(pods.clone(), &name, conditions::is_pod_running()),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{name} Running in time: {}",
+                kubectl(&lab, &["-n", &ns, "describe", "pod", &name])
+            )
+        })
+        .expect("watch pod");
+        let pod = pods.get(&name).await.unwrap();
+        assert_eq!(
+            pod.spec.as_ref().unwrap().node_name.as_deref(),
+            Some(node),
+            "scheduled by kube-scheduler"
+        );
+        let ip = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .expect("pod IP");
+        ips.push(ip);
+
+        // logs through the API server from the node's kubelet
+        let mut logs = String::new();
+        for _ in 0..300 {
+            logs = pods
+                .logs(&name, &LogParams::default())
+                .await
+                .unwrap_or_default();
+            if logs.contains("hello") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(logs.trim(), format!("hello from {node}"));
+
+        // exec through the API server
+        let out = kubectl(
+            &lab,
+            &["-n", &ns, "exec", &name, "--", "cat", "/proc/1/cmdline"],
+        );
+        assert!(out.contains("sleep"), "{out}");
+    }
+
+    // across the nodes
+    let out = kubectl(
+        &lab,
+        &[
+            "-n",
+            &ns,
+            "exec",
+            "bb-node-a",
+            "--",
+            "ping",
+            "-c",
+            "2",
+            "-W",
+            "2",
+            &ips[1],
+        ],
+    );
+    assert!(out.contains("2 packets received"), "{out}");
+
+    // deleted pods are cleaned up on their node
+    for node in ["node-a", "node-b"] {
+        let name = format!("bb-{node}");
+        let pod = pods.get(&name).await.unwrap();
+        let cid = pod
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0]
+            .container_id
+            .clone()
+            .expect("container id");
+        let cid = cid.trim_start_matches("containerd://").to_string();
+        assert!(
+            node_containers(&lab, node).contains(&cid),
+            "container runs on {node}"
+        );
+        pods.delete(&name, &DeleteParams::default())
+            .await
+            .expect("delete pod");
+        let uid = pod.uid().unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(120),
+            await_condition(pods.clone(), &name, conditions::is_deleted(&uid)),
+        )
+        .await
+        .expect("pod gone in time")
+        .expect("watch pod");
+        wait_until(
+            Duration::from_secs(60),
+            "the container to be removed from the node",
+            || (!node_containers(&lab, node).contains(&cid)).then_some(()),
+        );
+    }
+    kubectl(&lab, &["delete", "namespace", &ns, "--wait=false"]);
+}
