@@ -86,6 +86,15 @@ wait_for() {
 # The holder process of a node owns its private mount namespace (and sits in its netns).
 node_holder_pid() { cat "$(node_dir "$1")/holder.pid" 2>/dev/null; }
 
+# node_spawn NODE LOGFILE PIDFILE CMD...: start a long-running CMD inside NODE's namespaces in
+# the background and record its PID (nsenter execs CMD, so $! is the daemon itself).
+node_spawn() {
+  local n=$1 logf=$2 pidf=$3; shift 3
+  local pid; pid=$(node_holder_pid "$n") || die "node $n is not up"
+  nsenter -t "$pid" -m -n -- "$@" >"$logf" 2>&1 9>&- &
+  echo $! > "$pidf"
+}
+
 # node_exec NODE CMD...: run CMD inside NODE's network and mount namespaces.
 # (fd 9 is the lab lock: daemons must not inherit it, or they would hold it forever)
 node_exec() {

@@ -127,8 +127,23 @@ kubelet_cgroups() {
   done
 }
 
+# PIDs of every process in NODE's cgroup tree: the containers live in their own mount
+# namespaces, so the node's mount-namespace sweep does not see them, but their cgroup does.
+node_cgroup_pids() {
+  local n=$1
+  [ -d "/sys/fs/cgroup/pids/$n" ] || return 0
+  find "/sys/fs/cgroup/pids/$n" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u
+}
+
 kubelet_cgroups_remove() {
-  local n=$1 c
+  local n=$1 c p
+  for _ in $(seq 1 50); do
+    p=$(node_cgroup_pids "$n")
+    [ -z "$p" ] && break
+    # shellcheck disable=SC2086
+    kill -9 $p 2>/dev/null || true
+    sleep 0.1
+  done
   for c in /sys/fs/cgroup/*/; do
     [ -d "$c$n" ] && find "$c$n" -depth -type d -exec rmdir {} \; 2>/dev/null
   done
@@ -162,8 +177,7 @@ kubelet_up() {
     d=$(node_dir "$n")
     kubelet_configs "$n"
     kubelet_cgroups "$n"
-    node_exec "$n" containerd --config "$d/containerd.toml" >"$d/logs/containerd.log" 2>&1 &
-    echo $! > "$d/containerd.pid"
+    node_spawn "$n" "$d/logs/containerd.log" "$d/containerd.pid" containerd --config "$d/containerd.toml"
   done
   for n in $NODES; do
     d=$(node_dir "$n")
@@ -173,12 +187,12 @@ kubelet_up() {
     done
     # kubelet 1.20 probes the cloud metadata address at start-up unless told not to; the node
     # has no route out anyway.
-    node_exec "$n" env AWS_EC2_METADATA_DISABLED=true "$KUBE_BIN/kubelet" --config="$d/kubelet.yaml" \
+    node_spawn "$n" "$d/logs/kubelet.log" "$d/kubelet.pid" \
+      env AWS_EC2_METADATA_DISABLED=true "$KUBE_BIN/kubelet" --config="$d/kubelet.yaml" \
       --kubeconfig="$KDIR/$n.kubeconfig" --container-runtime=remote \
       --container-runtime-endpoint=unix:///run/containerd/containerd.sock --runtime-request-timeout=5m \
       --hostname-override="$n" --node-ip="$(node_ip "$n")" --node-labels=roam.dev/lab=true --volume-plugin-dir=/var/lib/kubelet/volume-plugins \
-      --v=2 >"$d/logs/kubelet.log" 2>&1 &
-    echo $! > "$d/kubelet.pid"
+      --v=2
   done
   for n in $NODES; do
     wait_for 120 "node $n Ready" "$(node_dir "$n")/logs/kubelet.log" node_ready "$n" "$start" || return 1
@@ -196,7 +210,16 @@ kubelet_down() {
     for n in $NODES; do
       pid_alive "$(node_dir "$n")/kubelet.pid" || continue
       timeout 30 kubectl --kubeconfig "$KUBECONFIG_PATH" delete pods -A --field-selector "spec.nodeName=$n" \
-        --grace-period=0 --force >/dev/null 2>&1 || true
+        --grace-period=0 --force --wait=false >/dev/null 2>&1 || true
+    done
+    # let the kubelets stop the containers and release their network namespaces (what
+    # is still running after 10 s is killed through its cgroup below)
+    for n in $NODES; do
+      pid_alive "$(node_dir "$n")/kubelet.pid" || continue
+      for _ in $(seq 1 50); do
+        [ -z "$(find "/sys/fs/cgroup/pids/$n/kubepods" -name cgroup.procs -exec cat {} + 2>/dev/null)" ] && break
+        sleep 0.2
+      done
     done
   fi
   for n in $NODES; do
