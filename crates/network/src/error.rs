@@ -47,10 +47,71 @@ pub enum Error {
         /// The server's details, if any.
         details: Option<String>,
     },
-    /// The connection closed before the answer arrived; the request's outcome is unknown
-    /// for a transaction unless it is re-read.
-    #[error("OVSDB connection closed before the reply to {0} arrived")]
+    /// The connection closed before the answer arrived. For a `transact` the outcome is
+    /// UNKNOWN: the server may or may not have committed it, so re-read the database before
+    /// deciding whether to send it again (never retry it blindly).
+    #[error(
+        "OVSDB connection closed before the reply to {0} arrived (a transaction's outcome is unknown: re-read the database before retrying)"
+    )]
     Disconnected(String),
+    /// A [`ReconnectingClient`](crate::ovsdb::ReconnectingClient) has no connection right
+    /// now; it keeps reconnecting in the background.
+    #[error(
+        "not connected to OVSDB at {endpoint} ({reason}); reconnecting in the background, retry later or wait_connected()"
+    )]
+    NotConnected {
+        /// The endpoint being reconnected to.
+        endpoint: String,
+        /// Why the last connection attempt failed or the last connection closed.
+        reason: String,
+    },
+    /// The schema has no such table: the request was not sent.
+    #[error(
+        "database {db} has no table {table:?} (names are case-sensitive; check the table name against the server's schema)"
+    )]
+    UnknownTable {
+        /// The database.
+        db: String,
+        /// The table named by the request.
+        table: String,
+    },
+    /// The table has no such column: the request was not sent.
+    #[error(
+        "table {table} of database {db} has no column {column:?} (check the column name; the server's schema version may differ from the one roam was written for)"
+    )]
+    UnknownColumn {
+        /// The database.
+        db: String,
+        /// The table.
+        table: String,
+        /// The column named by the request.
+        column: String,
+    },
+    /// A value does not fit its column's type in the schema: the request was not sent.
+    #[error("invalid value for column {table}.{column}: {reason}")]
+    InvalidValue {
+        /// The table.
+        table: String,
+        /// The column.
+        column: String,
+        /// What is wrong with the value.
+        reason: String,
+    },
+    /// Data from the server does not decode into the requested Rust type (a row type that
+    /// does not match the server's schema, or a malformed database value).
+    #[error("cannot decode {what}: {reason}")]
+    Decode {
+        /// What was being decoded, e.g. `Logical_Switch row 0a1b...`.
+        what: String,
+        /// The decoder's complaint.
+        reason: String,
+    },
+    /// The server cancelled a monitor by itself (e.g. its database was removed).
+    #[error("OVSDB server cancelled monitor {0}; create a new monitor to keep watching")]
+    MonitorCanceled(String),
+    /// The request needs a protocol feature the server does not offer.
+    #[error("unsupported by this OVSDB server: {0}")]
+    Unsupported(String),
     /// No answer within the deadline.
     #[error("OVSDB {method} got no reply within {secs} s")]
     Timeout {

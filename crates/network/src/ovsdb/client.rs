@@ -3,15 +3,16 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::framing::Framer;
+use super::connection::{self, Command, Feed, MonitorRoute, Outcome, Probe, Shared};
+use super::monitor::{self, Monitor, MonitorMethod, MonitorRequest, MonitorSpec, Owner};
+use super::schema::DatabaseSchema;
 use crate::{Error, Result};
 
 /// Where an OVSDB server listens, in OVS's own notation.
@@ -49,60 +50,100 @@ impl fmt::Display for Endpoint {
     }
 }
 
-type Reply = std::result::Result<Value, Value>;
+/// Settings of one connection.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// How long a request may wait for its reply before [`Error::Timeout`] (default 60 s).
+    pub request_timeout: Duration,
+    /// Send an `echo` after this long without receiving anything from the server
+    /// (default 5 s); `None` disables the client-side inactivity probe.
+    pub inactivity_probe: Option<Duration>,
+    /// How long after the probe's `echo` to wait for any traffic before declaring the
+    /// connection dead and closing it (default 5 s). Requests in flight then fail with
+    /// [`Error::Disconnected`].
+    pub probe_timeout: Duration,
+}
 
-struct Call {
-    id: u64,
-    message: Value,
-    reply: oneshot::Sender<Reply>,
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            request_timeout: Duration::from_secs(60),
+            inactivity_probe: Some(Duration::from_secs(5)),
+            probe_timeout: Duration::from_secs(5),
+        }
+    }
 }
 
 /// A connection to one OVSDB server. Cloning shares the connection.
+///
+/// The connection is not re-established when it drops: once [`is_closed`](Self::is_closed),
+/// every request fails with [`Error::Disconnected`]. Use
+/// [`ReconnectingClient`](super::ReconnectingClient) for a connection that comes back.
 #[derive(Clone)]
 pub struct Client {
-    calls: mpsc::Sender<Call>,
+    cmds: mpsc::UnboundedSender<Command>,
     next_id: Arc<AtomicU64>,
     endpoint: Arc<Endpoint>,
     timeout: Duration,
+    shared: Arc<Shared>,
+    schemas: Arc<Mutex<HashMap<String, Arc<DatabaseSchema>>>>,
 }
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
             .field("endpoint", &self.endpoint.to_string())
+            .field("closed", &self.is_closed())
             .finish()
     }
 }
 
 impl Client {
-    /// Connect to `endpoint` (`unix:PATH` or `tcp:HOST:PORT`).
+    /// Connect to `endpoint` (`unix:PATH` or `tcp:HOST:PORT`) with the default
+    /// [`ClientOptions`].
     pub async fn connect(endpoint: &str) -> Result<Self> {
-        let ep = Endpoint::parse(endpoint)?;
+        Self::connect_with(endpoint, ClientOptions::default()).await
+    }
+
+    /// Connect to `endpoint` with explicit options.
+    pub async fn connect_with(endpoint: &str, options: ClientOptions) -> Result<Self> {
+        Self::connect_endpoint(&Endpoint::parse(endpoint)?, &options).await
+    }
+
+    pub(crate) async fn connect_endpoint(ep: &Endpoint, options: &ClientOptions) -> Result<Self> {
         let connect_err = |source| Error::Connect {
             endpoint: ep.to_string(),
             source,
         };
-        let (tx, rx) = mpsc::channel(64);
-        match &ep {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::default());
+        let probe = options.inactivity_probe.map(|interval| Probe {
+            interval,
+            timeout: options.probe_timeout,
+        });
+        let name = ep.to_string();
+        match ep {
             Endpoint::Unix(p) => {
                 let s = tokio::net::UnixStream::connect(p)
                     .await
                     .map_err(connect_err)?;
-                tokio::spawn(run(s, rx));
+                tokio::spawn(connection::run(s, rx, probe, shared.clone(), name));
             }
             Endpoint::Tcp(hp) => {
                 let s = tokio::net::TcpStream::connect(hp.as_str())
                     .await
                     .map_err(connect_err)?;
                 s.set_nodelay(true)?;
-                tokio::spawn(run(s, rx));
+                tokio::spawn(connection::run(s, rx, probe, shared.clone(), name));
             }
         }
         Ok(Client {
-            calls: tx,
+            cmds: tx,
             next_id: Arc::new(AtomicU64::new(1)),
-            endpoint: Arc::new(ep),
-            timeout: Duration::from_secs(60),
+            endpoint: Arc::new(ep.clone()),
+            timeout: options.request_timeout,
+            shared,
+            schemas: Arc::default(),
         })
     }
 
@@ -117,30 +158,79 @@ impl Client {
         &self.endpoint
     }
 
+    /// Whether the connection has closed (for good: this client does not reconnect).
+    pub fn is_closed(&self) -> bool {
+        self.cmds.is_closed()
+    }
+
+    /// Wait until the connection closes.
+    pub async fn closed(&self) {
+        self.cmds.closed().await
+    }
+
+    /// Why the connection closed, once it has: e.g. the server closed it, it sent invalid
+    /// JSON, or it did not answer the inactivity probe.
+    pub fn close_reason(&self) -> Option<String> {
+        self.shared
+            .close_reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Whether two handles share one connection.
+    pub(crate) fn same_connection(&self, other: &Client) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// Send one JSON-RPC request and wait for its result.
+    ///
+    /// Errors: [`Error::Rpc`] for a JSON-RPC error reply, [`Error::Timeout`] when no reply
+    /// came within the deadline, [`Error::Disconnected`] when the connection closed first
+    /// (for a `transact`, the outcome is then unknown), [`Error::Protocol`] for a malformed
+    /// reply.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value> {
+        self.call(method, params, None, None).await
+    }
+
+    pub(crate) async fn call(
+        &self,
+        method: &str,
+        params: Value,
+        monitor: Option<MonitorRoute>,
+        unroute: Option<String>,
+    ) -> Result<Value> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let message = json!({"method": method, "params": params, "id": id});
-        self.calls
-            .send(Call {
+        self.cmds
+            .send(Command::Call {
                 id,
+                method: method.to_string(),
                 message,
                 reply: tx,
+                monitor,
+                unroute,
             })
-            .await
             .map_err(|_| Error::Disconnected(method.to_string()))?;
-        match tokio::time::timeout(self.timeout, rx).await {
-            Err(_) => Err(Error::Timeout {
-                method: method.to_string(),
-                secs: self.timeout.as_secs(),
-            }),
-            Ok(Err(_)) => Err(Error::Disconnected(method.to_string())),
-            Ok(Ok(Ok(v))) => Ok(v),
-            Ok(Ok(Err(error))) => Err(Error::Rpc {
+        let outcome = match tokio::time::timeout(self.timeout, rx).await {
+            Err(_) => {
+                let _ = self.cmds.send(Command::Forget(id));
+                return Err(Error::Timeout {
+                    method: method.to_string(),
+                    secs: self.timeout.as_secs_f64().ceil() as u64,
+                });
+            }
+            Ok(Err(_)) => return Err(Error::Disconnected(method.to_string())),
+            Ok(Ok(outcome)) => outcome,
+        };
+        match outcome {
+            Outcome::Result(v) => Ok(v),
+            Outcome::RpcError(error) => Err(Error::Rpc {
                 method: method.to_string(),
                 error,
             }),
+            Outcome::Failed(e) => Err(e),
         }
     }
 
@@ -152,11 +242,20 @@ impl Client {
     /// RFC 7047 `list_dbs`.
     pub async fn list_dbs(&self) -> Result<Vec<String>> {
         let v = self.request("list_dbs", json!([])).await?;
-        serde_json::from_value(v).map_err(|e| Error::Protocol(format!("list_dbs reply: {e}")))
+        serde_json::from_value(v.clone()).map_err(|e| {
+            Error::Protocol(format!(
+                "list_dbs reply is not an array of names ({e}): {v}"
+            ))
+        })
     }
 
     /// RFC 7047 `transact`: all of `ops` are applied atomically, or none is. Returns one
     /// result per operation; a failed operation becomes [`Error::Transaction`].
+    ///
+    /// A transaction is never retried by this client. If the connection drops before the
+    /// reply ([`Error::Disconnected`]) or the reply does not come in time
+    /// ([`Error::Timeout`]), its outcome is unknown: re-read the database before deciding
+    /// to send it again.
     pub async fn transact(&self, db: &str, ops: Vec<Value>) -> Result<Vec<Value>> {
         let kinds: Vec<String> = ops
             .iter()
@@ -171,6 +270,160 @@ impl Client {
         params.extend(ops);
         let v = self.request("transact", Value::Array(params)).await?;
         check_transact_reply(v, &kinds)
+    }
+
+    /// Like [`transact`](Self::transact), but first checks `ops` against the database
+    /// schema (fetched once per connection, see [`schema`](Self::schema)): an unknown table
+    /// or column, or a value of the wrong type, fails with [`Error::UnknownTable`],
+    /// [`Error::UnknownColumn`] or [`Error::InvalidValue`] without sending anything.
+    pub async fn transact_checked(&self, db: &str, ops: Vec<Value>) -> Result<Vec<Value>> {
+        self.schema(db).await?.validate_transaction(&ops)?;
+        self.transact(db, ops).await
+    }
+
+    /// RFC 7047 `get_schema`: fetch and parse the schema of `db`.
+    pub async fn get_schema(&self, db: &str) -> Result<DatabaseSchema> {
+        let v = self.request("get_schema", json!([db])).await?;
+        DatabaseSchema::from_json(&v)
+    }
+
+    /// The schema of `db`, fetched on first use and then cached for this connection.
+    pub async fn schema(&self, db: &str) -> Result<Arc<DatabaseSchema>> {
+        if let Some(s) = self.cached_schema(db) {
+            return Ok(s);
+        }
+        let s = Arc::new(self.get_schema(db).await?);
+        self.schemas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(db.to_string(), s.clone());
+        Ok(s)
+    }
+
+    fn cached_schema(&self, db: &str) -> Option<Arc<DatabaseSchema>> {
+        self.schemas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(db)
+            .cloned()
+    }
+
+    /// Watch tables of `db`: `monitor_cond` if the server supports it (update2
+    /// notifications), else RFC 7047 `monitor`. See [`Monitor`] for what it yields.
+    ///
+    /// The tables, columns and condition columns of `requests` are checked against the
+    /// schema first. The monitor lives until it is dropped or [`Monitor::cancel`]led, or the
+    /// connection closes (then [`Monitor::next`] returns [`Error::Disconnected`]).
+    pub async fn monitor(&self, db: &str, requests: Vec<MonitorRequest>) -> Result<Monitor> {
+        self.monitor_with(db, requests, MonitorMethod::Auto).await
+    }
+
+    /// [`monitor`](Self::monitor) with an explicit method.
+    pub async fn monitor_with(
+        &self,
+        db: &str,
+        requests: Vec<MonitorRequest>,
+        method: MonitorMethod,
+    ) -> Result<Monitor> {
+        let spec = Arc::new(MonitorSpec::new(self.schema(db).await?, requests)?);
+        let id = monitor::next_monitor_id();
+        let (feed, rx) = mpsc::unbounded_channel();
+        let method = self.start_monitor(&spec, method, &id, &feed).await?;
+        Ok(Monitor::new(
+            id,
+            spec,
+            method,
+            rx,
+            Owner::Client(self.clone()),
+        ))
+    }
+
+    /// Send the monitor request and wait for the server to accept it; returns the method
+    /// used. The initial rows are delivered on `feed`.
+    pub(crate) async fn start_monitor(
+        &self,
+        spec: &MonitorSpec,
+        method: MonitorMethod,
+        id: &str,
+        feed: &mpsc::UnboundedSender<Feed>,
+    ) -> Result<MonitorMethod> {
+        let route = || {
+            Some(MonitorRoute {
+                id: id.to_string(),
+                feed: feed.clone(),
+                report_failure: false,
+            })
+        };
+        if method != MonitorMethod::Monitor {
+            let params = spec.params(MonitorMethod::MonitorCond, id);
+            match self.call("monitor_cond", params, route(), None).await {
+                Ok(_) => return Ok(MonitorMethod::MonitorCond),
+                Err(Error::Rpc { error, .. }) if error == json!("unknown method") => {
+                    if method == MonitorMethod::MonitorCond {
+                        return Err(Error::Unsupported(format!(
+                            "{} does not implement monitor_cond",
+                            self.endpoint
+                        )));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if spec.has_conditions() {
+            return Err(Error::Unsupported(format!(
+                "monitor conditions need monitor_cond, which {} does not implement",
+                self.endpoint
+            )));
+        }
+        let params = spec.params(MonitorMethod::Monitor, id);
+        self.call("monitor", params, route(), None).await?;
+        Ok(MonitorMethod::Monitor)
+    }
+
+    /// Send the monitor request without waiting; its reply (or failure) arrives on `feed`.
+    pub(crate) fn start_monitor_nowait(
+        &self,
+        spec: &MonitorSpec,
+        method: MonitorMethod,
+        id: &str,
+        feed: &mpsc::UnboundedSender<Feed>,
+    ) {
+        let name = match method {
+            MonitorMethod::Monitor => "monitor",
+            _ => "monitor_cond",
+        };
+        let call_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (reply, _) = oneshot::channel();
+        let _ = self.cmds.send(Command::Call {
+            id: call_id,
+            method: name.to_string(),
+            message: json!({"method": name, "params": spec.params(method, id), "id": call_id}),
+            reply,
+            monitor: Some(MonitorRoute {
+                id: id.to_string(),
+                feed: feed.clone(),
+                report_failure: true,
+            }),
+            unroute: None,
+        });
+    }
+
+    /// `monitor_cancel`, waiting for the server; a monitor the server does not know (any
+    /// more) counts as cancelled.
+    pub(crate) async fn cancel_monitor(&self, id: &str) -> Result<()> {
+        match self
+            .call("monitor_cancel", json!([id]), None, Some(id.to_string()))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(Error::Rpc { error, .. }) if error == json!("unknown monitor") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Stop routing monitor `id` and cancel it on the server without waiting.
+    pub(crate) fn cancel_monitor_nowait(&self, id: &str) {
+        let _ = self.cmds.send(Command::CancelMonitor(id.to_string()));
     }
 }
 
@@ -201,77 +454,6 @@ fn check_transact_reply(v: Value, kinds: &[String]) -> Result<Vec<Value>> {
         )));
     }
     Ok(results)
-}
-
-/// The connection task: writes calls, routes replies, answers the server's echo.
-async fn run<S: AsyncRead + AsyncWrite + Send + 'static>(
-    stream: S,
-    mut calls: mpsc::Receiver<Call>,
-) {
-    let (mut rd, mut wr) = tokio::io::split(stream);
-    let mut pending: HashMap<u64, oneshot::Sender<Reply>> = HashMap::new();
-    let mut framer = Framer::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        tokio::select! {
-            call = calls.recv() => {
-                let Some(call) = call else { break };
-                let bytes = serde_json::to_vec(&call.message).expect("a JSON value serializes");
-                if let Err(e) = wr.write_all(&bytes).await {
-                    tracing::warn!(error = %e, "OVSDB write failed");
-                    break;
-                }
-                pending.insert(call.id, call.reply);
-            }
-            n = rd.read(&mut buf) => {
-                let n = match n {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) => { tracing::warn!(error = %e, "OVSDB read failed"); break; }
-                };
-                framer.push(&buf[..n]);
-                loop {
-                    match framer.next_value() {
-                        Ok(Some(msg)) => {
-                            if let Some(answer) = handle(msg, &mut pending)
-                                && wr.write_all(&answer).await.is_err() {
-                                break;
-                            }
-                        }
-                        Ok(None) => break,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "closing OVSDB connection");
-                            return;
-                        }
-                    }
-                }
-            }
-        }
-    }
-    // dropping `pending` fails every waiting caller with Disconnected
-}
-
-/// Handle one incoming message; returns bytes to send back (the answer to a server request).
-fn handle(msg: Value, pending: &mut HashMap<u64, oneshot::Sender<Reply>>) -> Option<Vec<u8>> {
-    if let Some(method) = msg.get("method").and_then(Value::as_str) {
-        // a request or notification from the server
-        if method == "echo" {
-            let reply = json!({"id": msg["id"], "result": msg["params"], "error": null});
-            return Some(serde_json::to_vec(&reply).expect("a JSON value serializes"));
-        }
-        tracing::debug!(method, "ignoring OVSDB notification");
-        return None;
-    }
-    let id = msg.get("id").and_then(Value::as_u64)?;
-    let tx = pending.remove(&id)?;
-    let error = msg.get("error").cloned().unwrap_or(Value::Null);
-    let reply = if error.is_null() {
-        Ok(msg.get("result").cloned().unwrap_or(Value::Null))
-    } else {
-        Err(error)
-    };
-    let _ = tx.send(reply);
-    None
 }
 
 #[cfg(test)]
@@ -342,39 +524,5 @@ mod tests {
                 .len(),
             2
         );
-    }
-
-    #[test]
-    fn server_echo_is_answered_and_replies_are_routed() {
-        let mut pending = HashMap::new();
-        let answer = handle(
-            json!({"method": "echo", "params": ["x"], "id": "echo"}),
-            &mut pending,
-        )
-        .unwrap();
-        let answer: Value = serde_json::from_slice(&answer).unwrap();
-        assert_eq!(
-            answer,
-            json!({"id": "echo", "result": ["x"], "error": null})
-        );
-
-        let (tx, mut rx) = oneshot::channel();
-        pending.insert(5, tx);
-        assert!(
-            handle(
-                json!({"id": 5, "result": ["ok"], "error": null}),
-                &mut pending
-            )
-            .is_none()
-        );
-        assert_eq!(rx.try_recv().unwrap(), Ok(json!(["ok"])));
-
-        let (tx, mut rx) = oneshot::channel();
-        pending.insert(6, tx);
-        handle(
-            json!({"id": 6, "result": null, "error": "unknown database"}),
-            &mut pending,
-        );
-        assert_eq!(rx.try_recv().unwrap(), Err(json!("unknown database")));
     }
 }

@@ -1,12 +1,41 @@
 //! A native OVSDB client (RFC 7047): JSON-RPC over a unix or TCP stream socket.
 //!
-//! One [`Client`] is one connection. A background task owns the socket: it writes requests,
-//! routes replies to their callers by `id`, and answers the server's `echo` keepalives so
-//! that an idle connection is not dropped by the server's inactivity probe.
+//! - [`Client`] is one connection. A background task owns the socket: it writes requests,
+//!   routes replies to their callers by `id` and notifications to monitors by monitor id,
+//!   answers the server's `echo` keepalives, and probes an idle server with its own `echo`
+//!   ([`ClientOptions::inactivity_probe`]), closing a connection that stopped answering.
+//! - [`ReconnectingClient`] reconnects with bounded exponential backoff and re-establishes
+//!   its monitors; requests are never retried (an interrupted `transact` has an unknown
+//!   outcome, see [`Error::Disconnected`](crate::Error::Disconnected)).
+//! - [`Monitor`]: `monitor` / `monitor_cond` with a local replica, yielding
+//!   [`MonitorEvent`]s of complete old/new rows.
+//! - [`schema`]: the database schema from `get_schema`, to check transactions before sending
+//!   them ([`Client::transact_checked`]) and to decode values.
+//! - [`atom`]: [`Uuid`], [`OvsSet`], [`OvsMap`] and the untyped [`Atom`]/[`Datum`] in their
+//!   RFC 7047 JSON forms.
+//! - [`nb`], [`vswitch`]: typed rows ([`TableRow`]) for the tables roam uses, read with
+//!   [`select_all`].
+//! - [`ops`]: builders for transaction operations.
 
+pub mod atom;
 mod client;
+mod connection;
 mod framing;
+mod monitor;
+pub mod nb;
 pub mod ops;
+mod reconnect;
+mod row;
+pub mod schema;
+pub mod vswitch;
 
-pub use client::{Client, Endpoint};
+pub use atom::{Atom, Datum, NamedUuid, OvsMap, OvsSet, Uuid};
+pub use client::{Client, ClientOptions, Endpoint};
 pub use framing::Framer;
+pub use monitor::{
+    Monitor, MonitorEvent, MonitorMethod, MonitorRequest, MonitorSelect, Row, RowUpdate,
+    RowUpdate2, TableUpdates, TableUpdates2, parse_table_updates, parse_table_updates2,
+};
+pub use reconnect::{ReconnectOptions, ReconnectingClient};
+pub use row::{TableRow, decode_row, decode_select, insert_op, row_json, select_all, select_where};
+pub use schema::DatabaseSchema;
