@@ -77,6 +77,16 @@ impl Lab {
         self.var("KUBECONFIG")
     }
 
+    /// A kube-rs client for the lab's API server, from the lab's kubeconfig.
+    pub async fn kube_client(&self) -> kube::Client {
+        use kube::config::{KubeConfigOptions, Kubeconfig};
+        let kc = Kubeconfig::read_from(self.kubeconfig()).expect("read the lab kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .expect("the lab kubeconfig is valid");
+        kube::Client::try_from(config).expect("build a kube client")
+    }
+
     /// kubectl built from the same source as the lab's API server.
     pub fn kubectl(&self) -> &str {
         self.var("ROAM_KUBECTL")

@@ -7,10 +7,9 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Config, CustomResource, CustomResourceExt, ResourceExt};
+use kube::{CustomResource, CustomResourceExt, ResourceExt};
 use roam_e2e::Lab;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -22,18 +21,10 @@ pub struct SmokeSpec {
     message: String,
 }
 
-async fn client(lab: &Lab) -> Client {
-    let kc = Kubeconfig::read_from(lab.kubeconfig()).expect("read the lab kubeconfig");
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig is valid");
-    Client::try_from(config).expect("build client")
-}
-
 #[tokio::test]
 async fn crd_object_is_seen_through_a_watch() {
     let lab = Lab::get();
-    let client = client(&lab).await;
+    let client = lab.kube_client().await;
     let version = client
         .apiserver_version()
         .await
@@ -98,7 +89,7 @@ async fn crd_object_is_seen_through_a_watch() {
 #[tokio::test]
 async fn lab_nodes_are_registered() {
     let lab = Lab::get();
-    let nodes: Api<Node> = Api::all(client(&lab).await);
+    let nodes: Api<Node> = Api::all(lab.kube_client().await);
     for n in ["node-a", "node-b"] {
         let node = nodes
             .get(n)

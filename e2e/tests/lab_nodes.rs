@@ -6,20 +6,11 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, LogParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::{await_condition, conditions};
-use kube::{Client, Config, ResourceExt};
 use roam_e2e::{Lab, run, try_run, wait_until};
 use serde_json::json;
-
-async fn client(lab: &Lab) -> Client {
-    let kc = Kubeconfig::read_from(lab.kubeconfig()).expect("read the lab kubeconfig");
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig");
-    Client::try_from(config).expect("client")
-}
 
 fn kubectl(lab: &Lab, args: &[&str]) -> String {
     let mut all = vec!["--kubeconfig", lab.kubeconfig(), "--request-timeout=60s"];
@@ -75,7 +66,7 @@ fn busybox_pod(name: &str, node: &str, message: &str) -> Pod {
 #[tokio::test]
 async fn both_nodes_are_ready_real_kubelets() {
     let lab = Lab::get();
-    let nodes: Api<Node> = Api::all(client(&lab).await);
+    let nodes: Api<Node> = Api::all(lab.kube_client().await);
     for n in ["node-a", "node-b"] {
         let node = nodes
             .get(n)
@@ -109,7 +100,7 @@ async fn both_nodes_are_ready_real_kubelets() {
 #[tokio::test]
 async fn pods_run_on_both_nodes_with_logs_exec_and_cleanup() {
     let lab = Lab::get();
-    let client = client(&lab).await;
+    let client = lab.kube_client().await;
     let ns = format!("e2e-nodes-{}", std::process::id());
     kubectl(&lab, &["create", "namespace", &ns]);
     // the namespace's default ServiceAccount (kube-controller-manager) must exist first

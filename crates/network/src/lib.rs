@@ -4,11 +4,15 @@
 //!   for OVN's northbound database and for a node's local `Open_vSwitch` database. roam never
 //!   shells out to `ovn-nbctl` or `ovs-vsctl`.
 //!
-//! Topology planning (overlay, VLAN underlay, QoS, /32 routes and the route flip) is added
-//! on top of this client by the network-core issue.
+//! - [`topology`]: pure planning of the OVN northbound state of an overlay network (per-node
+//!   switch and anycast-gateway router, fabric router, /32 routes, DHCP options, DSCP
+//!   marking) and of a route flip. The reconciler that applies a plan is still to come.
+//! - [`qos`]: RFC 4594 service classes and their DSCP values.
 #![warn(missing_docs)]
 
 mod error;
 pub mod ovsdb;
+pub mod qos;
+pub mod topology;
 
 pub use error::{Error, Result};

@@ -1,0 +1,29 @@
+//! OVN topology planning: from what roam wants (networks, nodes, addresses and where each
+//! address lives) to the logical switches, routers, ports, routes, DHCP options and QoS rows
+//! that OVN's northbound database must hold. Pure: no I/O, no OVSDB types; the reconciler
+//! diffs a [`Topology`] against the database and applies the difference in one transaction.
+//!
+//! # The overlay
+//!
+//! ```text
+//!   workload ── ls <net>-<node> ── lr <net>-<node> ── ls <net>-join ── lr <net>-fabric
+//!               (one per node)     anycast gateway      (transit)       one /32 per address
+//!                                  GW/plen + GW MAC                      → the hosting node
+//!                                  on every node
+//! ```
+//!
+//! Every node's router answers for the same gateway IP and MAC (the anycast gateway), so a
+//! migrated VM keeps a valid gateway without renewing its lease. A node router routes the two
+//! halves of the overlay subnet to the fabric router — more specific than the connected
+//! subnet, which would otherwise swallow traffic to addresses on other nodes — and holds one
+//! /32 route per address it hosts. The fabric router holds one /32 per address toward the
+//! hosting node's router. So route state is two routes per address, whatever the number of
+//! nodes; moving an address (the *route flip*) changes three routes, in one transaction.
+
+mod overlay;
+
+pub use overlay::{
+    LogicalRouter, LogicalSwitch, NodeSpec, OverlaySpec, PlanError, PortSpec, QosRule, RouteFlip,
+    RouterPort, RouterRoute, StaticRoute, SwitchPort, SwitchPortKind, Topology, plan_overlay,
+    route_flip,
+};

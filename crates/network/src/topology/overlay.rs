@@ -1,0 +1,812 @@
+//! The overlay plan: per-node switch + anycast-gateway router, a transit switch and a fabric
+//! router, /32 routes, DHCP options and DSCP marking per workload port.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+
+use roam_dhcp_opts::{DhcpOptionsRow, Ipv4Net, Lease, MacAddr};
+
+use crate::qos::Marking;
+
+/// One overlay network, as the `Network` object describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OverlaySpec {
+    /// Network name; prefixes every OVN object of this network.
+    pub name: String,
+    /// The range workload addresses come from (each handed out as a /32).
+    pub subnet: Ipv4Net,
+    /// The anycast gateway: the same IP on every node's router.
+    pub gateway: Ipv4Addr,
+    /// The anycast gateway's MAC: the same on every node (a guest that keeps an old
+    /// gateway MAC after a migration would lose its network until its ARP entry expires).
+    pub gateway_mac: MacAddr,
+    /// Transit network between the node routers and the fabric router.
+    pub join_subnet: Ipv4Net,
+    /// The fabric router's address on the transit network.
+    pub fabric_ip: Ipv4Addr,
+    /// The fabric router's MAC on the transit network.
+    pub fabric_mac: MacAddr,
+    /// MTU handed out by DHCP.
+    pub mtu: u16,
+    /// DNS servers handed out by DHCP.
+    pub dns: Vec<Ipv4Addr>,
+}
+
+/// A node (OVN chassis) taking part in the overlay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// Node name = chassis name.
+    pub name: String,
+    /// The node router's address on the transit network (stable for the node's life).
+    pub join_ip: Ipv4Addr,
+    /// The node router's MAC on the transit network.
+    pub join_mac: MacAddr,
+}
+
+/// A workload address and where it lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortSpec {
+    /// Stable name of the workload's port (e.g. from the Address object).
+    pub name: String,
+    /// The workload's MAC.
+    pub mac: MacAddr,
+    /// The workload's /32.
+    pub ip: Ipv4Addr,
+    /// The node its /32 routes point at.
+    pub node: String,
+    /// Further nodes that get a port for it too (a migration's target, before switchover).
+    pub also_on: Vec<String>,
+    /// Whether OVN answers DHCP for it (VMs) or not (containers, plumbed by the CNI).
+    pub dhcp: bool,
+    /// DSCP marking of its traffic, if any.
+    pub marking: Option<Marking>,
+}
+
+/// What is wrong with a plan's input. Nothing is planned (or applied) for an invalid input.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The gateway is not a usable host address of the subnet.
+    #[error("network {network}: gateway {gateway} is not a host address of {subnet}")]
+    GatewayOutsideSubnet {
+        /// Network.
+        network: String,
+        /// Gateway.
+        gateway: Ipv4Addr,
+        /// Subnet.
+        subnet: Ipv4Net,
+    },
+    /// The subnet is too small to split (a /32).
+    #[error("network {network}: subnet {subnet} is too small; use a prefix of /31 or shorter")]
+    SubnetTooSmall {
+        /// Network.
+        network: String,
+        /// Subnet.
+        subnet: Ipv4Net,
+    },
+    /// The transit network overlaps the workload subnet.
+    #[error("network {network}: transit network {join} overlaps the workload subnet {subnet}")]
+    JoinOverlapsSubnet {
+        /// Network.
+        network: String,
+        /// Transit network.
+        join: Ipv4Net,
+        /// Subnet.
+        subnet: Ipv4Net,
+    },
+    /// A transit address is outside the transit network or used twice.
+    #[error("network {network}: transit address {ip} of {owner} is outside {join} or already used")]
+    BadJoinAddress {
+        /// Network.
+        network: String,
+        /// The address.
+        ip: Ipv4Addr,
+        /// Who has it (a node, or "fabric").
+        owner: String,
+        /// Transit network.
+        join: Ipv4Net,
+    },
+    /// A node appears twice.
+    #[error("network {network}: node {node} is listed twice")]
+    DuplicateNode {
+        /// Network.
+        network: String,
+        /// Node.
+        node: String,
+    },
+    /// A port's IP is outside the subnet, the gateway, or the subnet's network/broadcast address.
+    #[error("port {port}: {ip} is not a usable address of {subnet} (gateway {gateway})")]
+    IpOutsideSubnet {
+        /// Port.
+        port: String,
+        /// IP.
+        ip: Ipv4Addr,
+        /// Subnet.
+        subnet: Ipv4Net,
+        /// Gateway.
+        gateway: Ipv4Addr,
+    },
+    /// Two ports share an IP.
+    #[error("ports {first} and {second} both have IP {ip}")]
+    DuplicateIp {
+        /// One port.
+        first: String,
+        /// The other.
+        second: String,
+        /// IP.
+        ip: Ipv4Addr,
+    },
+    /// Two ports share a MAC.
+    #[error("ports {first} and {second} both have MAC {mac}")]
+    DuplicateMac {
+        /// One port.
+        first: String,
+        /// The other.
+        second: String,
+        /// MAC.
+        mac: MacAddr,
+    },
+    /// Two ports share a name.
+    #[error("port {port} is listed twice")]
+    DuplicatePort {
+        /// Port.
+        port: String,
+    },
+    /// A port's MAC is multicast, broadcast, zero, or the gateway's.
+    #[error("port {port}: MAC {mac} cannot be a workload's (multicast, zero, or the gateway's)")]
+    BadMac {
+        /// Port.
+        port: String,
+        /// MAC.
+        mac: MacAddr,
+    },
+    /// A port names a node that is not part of the network.
+    #[error("port {port}: node {node} is not part of network {network}")]
+    UnknownNode {
+        /// Port.
+        port: String,
+        /// Node.
+        node: String,
+        /// Network.
+        network: String,
+    },
+    /// The DHCP lease could not be built.
+    #[error("port {port}: {source}")]
+    Lease {
+        /// Port.
+        port: String,
+        /// Why.
+        source: roam_dhcp_opts::Error,
+    },
+}
+
+/// A logical switch port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SwitchPort {
+    /// LSP name (also the OVS `external_ids:iface-id` of the workload's interface).
+    pub name: String,
+    /// What it connects.
+    pub kind: SwitchPortKind,
+}
+
+/// What a logical switch port connects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SwitchPortKind {
+    /// A workload's interface.
+    Workload {
+        /// MAC.
+        mac: MacAddr,
+        /// IP.
+        ip: Ipv4Addr,
+        /// The chassis allowed to bind it.
+        requested_chassis: String,
+        /// Its DHCP options, when OVN answers DHCP for it.
+        dhcp: Option<DhcpOptionsRow>,
+    },
+    /// The peer of a logical router port.
+    Router {
+        /// The router port's name.
+        router_port: String,
+    },
+}
+
+/// A DSCP marking rule on a switch.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct QosRule {
+    /// Match, e.g. `inport == "p1.node-a"`.
+    pub r#match: String,
+    /// DSCP value to set.
+    pub dscp: u8,
+}
+
+/// A logical switch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogicalSwitch {
+    /// Name.
+    pub name: String,
+    /// Ports by name.
+    pub ports: BTreeMap<String, SwitchPort>,
+    /// DSCP rules.
+    pub qos: BTreeSet<QosRule>,
+}
+
+/// A logical router port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouterPort {
+    /// Name.
+    pub name: String,
+    /// MAC.
+    pub mac: MacAddr,
+    /// `IP/plen` networks.
+    pub networks: Vec<String>,
+}
+
+/// A static route.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StaticRoute {
+    /// Destination.
+    pub ip_prefix: Ipv4Net,
+    /// Next hop.
+    pub nexthop: Ipv4Addr,
+    /// Output port, when the next hop alone does not select it.
+    pub output_port: Option<String>,
+}
+
+/// A logical router.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogicalRouter {
+    /// Name.
+    pub name: String,
+    /// Ports by name.
+    pub ports: BTreeMap<String, RouterPort>,
+    /// Static routes.
+    pub routes: BTreeSet<StaticRoute>,
+}
+
+/// The desired OVN northbound state of one overlay network.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Topology {
+    /// Logical switches by name.
+    pub switches: BTreeMap<String, LogicalSwitch>,
+    /// Logical routers by name.
+    pub routers: BTreeMap<String, LogicalRouter>,
+}
+
+impl Topology {
+    /// Every static route, as `(router, route)`.
+    pub fn routes(&self) -> BTreeSet<RouterRoute> {
+        self.routers
+            .values()
+            .flat_map(|r| r.routes.iter().map(move |s| (r.name.clone(), s.clone())))
+            .collect()
+    }
+}
+
+fn node_switch(net: &str, node: &str) -> String {
+    format!("{net}-{node}")
+}
+fn node_router(net: &str, node: &str) -> String {
+    format!("{net}-{node}")
+}
+fn workload_port(port: &str, node: &str) -> String {
+    format!("{port}.{node}")
+}
+
+fn validate(spec: &OverlaySpec, nodes: &[NodeSpec], ports: &[PortSpec]) -> Result<(), PlanError> {
+    let net = spec.name.clone();
+    let hosts =
+        |n: &Ipv4Net, ip: Ipv4Addr| n.contains(&ip) && ip != n.network() && ip != n.broadcast();
+    if spec.subnet.prefix_len() >= 32 {
+        return Err(PlanError::SubnetTooSmall {
+            network: net,
+            subnet: spec.subnet,
+        });
+    }
+    if !hosts(&spec.subnet, spec.gateway) {
+        return Err(PlanError::GatewayOutsideSubnet {
+            network: net,
+            gateway: spec.gateway,
+            subnet: spec.subnet,
+        });
+    }
+    if spec.join_subnet.contains(&spec.subnet.network())
+        || spec.subnet.contains(&spec.join_subnet.network())
+    {
+        return Err(PlanError::JoinOverlapsSubnet {
+            network: net,
+            join: spec.join_subnet,
+            subnet: spec.subnet,
+        });
+    }
+    let mut join_used = BTreeSet::new();
+    let mut check_join = |ip: Ipv4Addr, owner: &str| {
+        if !hosts(&spec.join_subnet, ip) || !join_used.insert(ip) {
+            return Err(PlanError::BadJoinAddress {
+                network: net.clone(),
+                ip,
+                owner: owner.to_string(),
+                join: spec.join_subnet,
+            });
+        }
+        Ok(())
+    };
+    check_join(spec.fabric_ip, "fabric")?;
+    let mut names = BTreeSet::new();
+    for n in nodes {
+        check_join(n.join_ip, &n.name)?;
+        if !names.insert(n.name.as_str()) {
+            return Err(PlanError::DuplicateNode {
+                network: net,
+                node: n.name.clone(),
+            });
+        }
+    }
+    let mut by_ip: BTreeMap<Ipv4Addr, &str> = BTreeMap::new();
+    let mut by_mac: BTreeMap<MacAddr, &str> = BTreeMap::new();
+    let mut port_names = BTreeSet::new();
+    for p in ports {
+        if !port_names.insert(p.name.as_str()) {
+            return Err(PlanError::DuplicatePort {
+                port: p.name.clone(),
+            });
+        }
+        if !hosts(&spec.subnet, p.ip) || p.ip == spec.gateway {
+            return Err(PlanError::IpOutsideSubnet {
+                port: p.name.clone(),
+                ip: p.ip,
+                subnet: spec.subnet,
+                gateway: spec.gateway,
+            });
+        }
+        if p.mac.is_multicast() || p.mac.is_zero() || p.mac == spec.gateway_mac {
+            return Err(PlanError::BadMac {
+                port: p.name.clone(),
+                mac: p.mac,
+            });
+        }
+        if let Some(first) = by_ip.insert(p.ip, &p.name) {
+            return Err(PlanError::DuplicateIp {
+                first: first.to_string(),
+                second: p.name.clone(),
+                ip: p.ip,
+            });
+        }
+        if let Some(first) = by_mac.insert(p.mac, &p.name) {
+            return Err(PlanError::DuplicateMac {
+                first: first.to_string(),
+                second: p.name.clone(),
+                mac: p.mac,
+            });
+        }
+        for node in std::iter::once(&p.node).chain(&p.also_on) {
+            if !names.contains(node.as_str()) {
+                return Err(PlanError::UnknownNode {
+                    port: p.name.clone(),
+                    node: node.clone(),
+                    network: net,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Plan the overlay network `spec` over `nodes` with the workload `ports`.
+pub fn plan_overlay(
+    spec: &OverlaySpec,
+    nodes: &[NodeSpec],
+    ports: &[PortSpec],
+) -> Result<Topology, PlanError> {
+    validate(spec, nodes, ports)?;
+    let net = &spec.name;
+    let mut t = Topology::default();
+    let join_name = format!("{net}-join");
+    let fabric_name = format!("{net}-fabric");
+    let join_plen = spec.join_subnet.prefix_len();
+    let halves: Vec<Ipv4Net> = spec
+        .subnet
+        .subnets(spec.subnet.prefix_len() + 1)
+        .expect("checked: plen < 32")
+        .collect();
+
+    let mut join = LogicalSwitch {
+        name: join_name.clone(),
+        ..Default::default()
+    };
+    let mut fabric = LogicalRouter {
+        name: fabric_name.clone(),
+        ..Default::default()
+    };
+    let fabric_port = format!("{fabric_name}-join");
+    fabric.ports.insert(
+        fabric_port.clone(),
+        RouterPort {
+            name: fabric_port.clone(),
+            mac: spec.fabric_mac,
+            networks: vec![format!("{}/{join_plen}", spec.fabric_ip)],
+        },
+    );
+    let peer = format!("{join_name}-{fabric_name}");
+    join.ports.insert(
+        peer.clone(),
+        SwitchPort {
+            name: peer,
+            kind: SwitchPortKind::Router {
+                router_port: fabric_port,
+            },
+        },
+    );
+
+    for n in nodes {
+        let ls_name = node_switch(net, &n.name);
+        let lr_name = node_router(net, &n.name);
+        let mut ls = LogicalSwitch {
+            name: ls_name.clone(),
+            ..Default::default()
+        };
+        let mut lr = LogicalRouter {
+            name: lr_name.clone(),
+            ..Default::default()
+        };
+        let gw_port = format!("{lr_name}-gw");
+        lr.ports.insert(
+            gw_port.clone(),
+            RouterPort {
+                name: gw_port.clone(),
+                mac: spec.gateway_mac,
+                networks: vec![format!("{}/{}", spec.gateway, spec.subnet.prefix_len())],
+            },
+        );
+        let peer = format!("{ls_name}-gw");
+        ls.ports.insert(
+            peer.clone(),
+            SwitchPort {
+                name: peer,
+                kind: SwitchPortKind::Router {
+                    router_port: gw_port,
+                },
+            },
+        );
+        let up_port = format!("{lr_name}-join");
+        lr.ports.insert(
+            up_port.clone(),
+            RouterPort {
+                name: up_port.clone(),
+                mac: n.join_mac,
+                networks: vec![format!("{}/{join_plen}", n.join_ip)],
+            },
+        );
+        let peer = format!("{join_name}-{lr_name}");
+        join.ports.insert(
+            peer.clone(),
+            SwitchPort {
+                name: peer,
+                kind: SwitchPortKind::Router {
+                    router_port: up_port,
+                },
+            },
+        );
+        // both halves of the subnet to the fabric: more specific than the connected subnet
+        for h in &halves {
+            lr.routes.insert(StaticRoute {
+                ip_prefix: *h,
+                nexthop: spec.fabric_ip,
+                output_port: None,
+            });
+        }
+        t.switches.insert(ls_name, ls);
+        t.routers.insert(lr_name, lr);
+    }
+
+    let join_ip: BTreeMap<&str, Ipv4Addr> =
+        nodes.iter().map(|n| (n.name.as_str(), n.join_ip)).collect();
+    for p in ports {
+        let host = Ipv4Net::new(p.ip, 32).expect("/32 is valid");
+        let dhcp = if p.dhcp {
+            let lease = Lease::builder(p.ip, spec.gateway, spec.gateway_mac)
+                .dns_servers(spec.dns.iter().copied())
+                .mtu(spec.mtu)
+                .build()
+                .map_err(|source| PlanError::Lease {
+                    port: p.name.clone(),
+                    source,
+                })?;
+            Some(lease.to_ovn())
+        } else {
+            None
+        };
+        let mut placed = BTreeSet::new();
+        for node in std::iter::once(&p.node).chain(&p.also_on) {
+            if !placed.insert(node) {
+                continue;
+            }
+            let ls = t
+                .switches
+                .get_mut(&node_switch(net, node))
+                .expect("validated node");
+            let lsp = workload_port(&p.name, node);
+            ls.ports.insert(
+                lsp.clone(),
+                SwitchPort {
+                    name: lsp.clone(),
+                    kind: SwitchPortKind::Workload {
+                        mac: p.mac,
+                        ip: p.ip,
+                        requested_chassis: node.clone(),
+                        dhcp: dhcp.clone(),
+                    },
+                },
+            );
+            if let Some(m) = p.marking {
+                ls.qos.insert(QosRule {
+                    r#match: format!("inport == \"{lsp}\""),
+                    dscp: m.dscp(),
+                });
+            }
+        }
+        // the /32 points at the hosting node: locally to its gateway port, and from the fabric
+        let lr_name = node_router(net, &p.node);
+        let lr = t.routers.get_mut(&lr_name).expect("validated node");
+        lr.routes.insert(StaticRoute {
+            ip_prefix: host,
+            nexthop: p.ip,
+            output_port: Some(format!("{lr_name}-gw")),
+        });
+        fabric.routes.insert(StaticRoute {
+            ip_prefix: host,
+            nexthop: join_ip[p.node.as_str()],
+            output_port: None,
+        });
+    }
+    t.switches.insert(join_name, join);
+    t.routers.insert(fabric_name, fabric);
+    Ok(t)
+}
+
+/// A route on a named router.
+pub type RouterRoute = (String, StaticRoute);
+
+/// The route changes between two plans. For a route flip of one address: its local route
+/// leaves the old node's router, a local route appears on the new node's router, and the
+/// fabric route's next hop changes — three changes that one transaction must make.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouteFlip {
+    /// Routes only in the old plan.
+    pub removed: Vec<RouterRoute>,
+    /// Routes only in the new plan.
+    pub added: Vec<RouterRoute>,
+}
+
+/// The route changes from `before` to `after`.
+pub fn route_flip(before: &Topology, after: &Topology) -> RouteFlip {
+    let (b, a) = (before.routes(), after.routes());
+    RouteFlip {
+        removed: b.difference(&a).cloned().collect(),
+        added: a.difference(&b).cloned().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mac(s: &str) -> MacAddr {
+        s.parse().unwrap()
+    }
+
+    fn spec() -> OverlaySpec {
+        OverlaySpec {
+            name: "ovl".into(),
+            subnet: "100.64.0.0/16".parse().unwrap(),
+            gateway: "100.64.0.1".parse().unwrap(),
+            gateway_mac: mac("0a:00:00:00:00:01"),
+            join_subnet: "169.254.100.0/24".parse().unwrap(),
+            fabric_ip: "169.254.100.1".parse().unwrap(),
+            fabric_mac: mac("0a:00:00:00:ff:01"),
+            mtu: 1400,
+            dns: vec!["10.96.0.10".parse().unwrap()],
+        }
+    }
+
+    fn nodes(n: usize) -> Vec<NodeSpec> {
+        (0..n)
+            .map(|i| NodeSpec {
+                name: format!("node-{i}"),
+                join_ip: Ipv4Addr::new(169, 254, 100, 10 + i as u8),
+                join_mac: MacAddr::new([0x0a, 0, 0, 0, 0xfe, i as u8]),
+            })
+            .collect()
+    }
+
+    fn port(i: u32, node: &str) -> PortSpec {
+        let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(100, 64, 1, 0)) + i);
+        PortSpec {
+            name: format!("p{i}"),
+            mac: MacAddr::new([0x0a, 0x58, 0, 0, (i >> 8) as u8, i as u8]),
+            ip,
+            node: node.into(),
+            also_on: vec![],
+            dhcp: true,
+            marking: None,
+        }
+    }
+
+    #[test]
+    fn every_node_router_presents_the_same_anycast_gateway() {
+        let t = plan_overlay(&spec(), &nodes(3), &[]).unwrap();
+        let gws: BTreeSet<_> = (0..3)
+            .map(|i| {
+                let lr = &t.routers[&format!("ovl-node-{i}")];
+                let p = &lr.ports[&format!("ovl-node-{i}-gw")];
+                (p.mac, p.networks.clone())
+            })
+            .collect();
+        assert_eq!(
+            gws.len(),
+            1,
+            "one gateway MAC and IP on every node: {gws:?}"
+        );
+        let (m, n) = gws.into_iter().next().unwrap();
+        assert_eq!(m, mac("0a:00:00:00:00:01"));
+        assert_eq!(n, vec!["100.64.0.1/16".to_string()]);
+    }
+
+    #[test]
+    fn node_routers_send_both_halves_to_the_fabric() {
+        let t = plan_overlay(&spec(), &nodes(2), &[]).unwrap();
+        let lr = &t.routers["ovl-node-0"];
+        let prefixes: Vec<String> = lr.routes.iter().map(|r| r.ip_prefix.to_string()).collect();
+        assert_eq!(prefixes, ["100.64.0.0/17", "100.64.128.0/17"]);
+        assert!(lr.routes.iter().all(|r| r.nexthop == spec().fabric_ip));
+    }
+
+    #[test]
+    fn routes_grow_with_addresses_not_nodes_times_addresses() {
+        for n in [2usize, 5, 20] {
+            let ns = nodes(n);
+            let ports: Vec<_> = (1..=100)
+                .map(|i| port(i, &ns[i as usize % n].name))
+                .collect();
+            let t = plan_overlay(&spec(), &ns, &ports).unwrap();
+            let host_routes = t
+                .routes()
+                .iter()
+                .filter(|(_, r)| r.ip_prefix.prefix_len() == 32)
+                .count();
+            assert_eq!(host_routes, 2 * ports.len(), "{n} nodes");
+        }
+    }
+
+    #[test]
+    fn a_route_flip_changes_three_routes() {
+        let ns = nodes(3);
+        let mut ports: Vec<_> = (1..=10).map(|i| port(i, "node-0")).collect();
+        let before = plan_overlay(&spec(), &ns, &ports).unwrap();
+        ports[3].node = "node-2".into();
+        let after = plan_overlay(&spec(), &ns, &ports).unwrap();
+        let RouteFlip { removed, added } = route_flip(&before, &after);
+        assert_eq!(removed.len(), 2, "{removed:?}");
+        assert_eq!(added.len(), 2, "{added:?}");
+        let ip: Ipv4Net = "100.64.1.4/32".parse().unwrap();
+        assert!(
+            removed
+                .iter()
+                .any(|(r, s)| r == "ovl-node-0" && s.ip_prefix == ip)
+        );
+        assert!(
+            added
+                .iter()
+                .any(|(r, s)| r == "ovl-node-2" && s.ip_prefix == ip && s.nexthop == ip.addr())
+        );
+        let fabric_old = removed.iter().find(|(r, _)| r == "ovl-fabric").unwrap();
+        let fabric_new = added.iter().find(|(r, _)| r == "ovl-fabric").unwrap();
+        assert_eq!(fabric_old.1.nexthop, ns[0].join_ip);
+        assert_eq!(fabric_new.1.nexthop, ns[2].join_ip);
+        // the fabric route is modified in place (same prefix): 1 local delete + 1 local add + 1 fabric update
+        assert_eq!(fabric_old.1.ip_prefix, fabric_new.1.ip_prefix);
+    }
+
+    #[test]
+    fn a_migration_target_gets_its_port_before_the_route_moves() {
+        let ns = nodes(2);
+        let mut p = port(7, "node-0");
+        p.also_on = vec!["node-1".into()];
+        p.marking = Some("lowlatency".parse().unwrap());
+        let t = plan_overlay(&spec(), &ns, &[p]).unwrap();
+        for n in ["node-0", "node-1"] {
+            let ls = &t.switches[&format!("ovl-{n}")];
+            let lsp = &ls.ports[&format!("p7.{n}")];
+            match &lsp.kind {
+                SwitchPortKind::Workload {
+                    requested_chassis,
+                    dhcp,
+                    ..
+                } => {
+                    assert_eq!(requested_chassis, n);
+                    let row = dhcp.as_ref().unwrap();
+                    assert_eq!(row.cidr, "100.64.1.7/32");
+                    assert_eq!(
+                        row.options["classless_static_route"],
+                        "{100.64.0.1/32,0.0.0.0, 0.0.0.0/0,100.64.0.1}"
+                    );
+                    assert_eq!(row.options["mtu"], "1400");
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(ls.qos.iter().next().unwrap().dscp, 22);
+        }
+        // routes still point at node-0
+        assert!(
+            t.routers["ovl-fabric"]
+                .routes
+                .iter()
+                .any(|r| r.nexthop == ns[0].join_ip)
+        );
+        assert!(
+            !t.routers["ovl-node-1"]
+                .routes
+                .iter()
+                .any(|r| r.ip_prefix.prefix_len() == 32)
+        );
+    }
+
+    #[test]
+    fn bad_input_is_rejected_with_the_reason() {
+        let ns = nodes(2);
+        let s = spec();
+        let err = |ports: &[PortSpec]| plan_overlay(&s, &ns, ports).unwrap_err();
+        assert!(matches!(
+            err(&[port(1, "node-9")]),
+            PlanError::UnknownNode { .. }
+        ));
+        let mut outside = port(1, "node-0");
+        outside.ip = "10.0.0.5".parse().unwrap();
+        assert!(matches!(err(&[outside]), PlanError::IpOutsideSubnet { .. }));
+        let mut gw = port(1, "node-0");
+        gw.ip = s.gateway;
+        assert!(matches!(err(&[gw]), PlanError::IpOutsideSubnet { .. }));
+        let mut dup_ip = port(2, "node-1");
+        dup_ip.ip = port(1, "node-0").ip;
+        assert!(matches!(
+            err(&[port(1, "node-0"), dup_ip]),
+            PlanError::DuplicateIp { .. }
+        ));
+        let mut dup_mac = port(2, "node-1");
+        dup_mac.mac = port(1, "node-0").mac;
+        assert!(matches!(
+            err(&[port(1, "node-0"), dup_mac]),
+            PlanError::DuplicateMac { .. }
+        ));
+        let mut gw_mac = port(1, "node-0");
+        gw_mac.mac = s.gateway_mac;
+        assert!(matches!(err(&[gw_mac]), PlanError::BadMac { .. }));
+        assert!(matches!(
+            err(&[port(1, "node-0"), port(1, "node-1")]),
+            PlanError::DuplicatePort { .. }
+        ));
+
+        let mut bad = spec();
+        bad.gateway = "10.0.0.1".parse().unwrap();
+        assert!(matches!(
+            plan_overlay(&bad, &ns, &[]),
+            Err(PlanError::GatewayOutsideSubnet { .. })
+        ));
+        let mut bad = spec();
+        bad.join_subnet = "100.64.200.0/24".parse().unwrap();
+        assert!(matches!(
+            plan_overlay(&bad, &ns, &[]),
+            Err(PlanError::JoinOverlapsSubnet { .. })
+        ));
+        let mut dup = nodes(2);
+        dup[1].join_ip = dup[0].join_ip;
+        assert!(matches!(
+            plan_overlay(&s, &dup, &[]),
+            Err(PlanError::BadJoinAddress { .. })
+        ));
+        let mut dup = nodes(2);
+        dup[1].name = dup[0].name.clone();
+        assert!(matches!(
+            plan_overlay(&s, &dup, &[]),
+            Err(PlanError::DuplicateNode { .. })
+        ));
+    }
+}
