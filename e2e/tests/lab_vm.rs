@@ -8,6 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use roam_e2e::{Lab, Node, TestNetns, nbctl, plug_netns, run, try_run, vsctl, wait_until};
+use roam_vm_shim::domain::Accel;
+use roam_vm_shim::spec::{Boot, Nic, VmSpec};
 use virt::connect::Connect;
 use virt::domain::MigrateParameters;
 use virt::sys;
@@ -90,35 +92,25 @@ impl Drop for Cleanup {
     }
 }
 
+/// The guest, as roam-shim describes it (so the shim's domain XML is what libvirt runs).
 fn domain_xml(lab: &Lab, serial: &str) -> String {
     let (kernel, initrd) = lab.guest();
-    format!(
-        r#"<domain type='qemu'>
-  <name>{DOMAIN}</name>
-  <memory unit='MiB'>256</memory>
-  <vcpu>1</vcpu>
-  <os>
-    <type arch='x86_64' machine='pc'>hvm</type>
-    <kernel>{kernel}</kernel>
-    <initrd>{initrd}</initrd>
-    <cmdline>console=ttyS0 quiet panic=-1</cmdline>
-  </os>
-  <cpu mode='custom' match='exact' check='none'><model fallback='forbid'>qemu64</model></cpu>
-  <on_poweroff>destroy</on_poweroff>
-  <on_reboot>destroy</on_reboot>
-  <on_crash>destroy</on_crash>
-  <devices>
-    <interface type='ethernet'>
-      <mac address='{GUEST_MAC}'/>
-      <target dev='{TAP}' managed='no'/>
-      <model type='virtio'/>
-      <driver><host csum='off'/><guest csum='off'/></driver>
-    </interface>
-    <serial type='file'><source path='{serial}' append='on'/><target port='0'/></serial>
-    <memballoon model='none'/>
-  </devices>
-</domain>"#
-    )
+    let spec = VmSpec {
+        name: DOMAIN.into(),
+        vcpus: 1,
+        memory_mib: 256,
+        boot: Boot::Kernel {
+            kernel: kernel.into(),
+            initrd: Some(initrd.into()),
+            cmdline: "console=ttyS0 quiet panic=-1".into(),
+        },
+        nic: Nic {
+            mac: GUEST_MAC.parse().unwrap(),
+            tap: TAP.into(),
+        },
+        serial_log: serial.into(),
+    };
+    roam_vm_shim::domain::domain_xml(&spec, Accel::Tcg).expect("a valid VM spec")
 }
 
 /// A kernel tap on `node`, plugged into its br-int as the guest's logical port.

@@ -1,0 +1,224 @@
+//! What a VM is made of, checked before anything is started.
+
+use std::path::PathBuf;
+
+use roam_dhcp_opts::MacAddr;
+
+use crate::{Error, Result};
+
+/// Smallest memory a guest gets (the lab's busybox guest needs ~64 MiB).
+pub const MIN_MEMORY_MIB: u64 = 32;
+/// Largest memory accepted (1 TiB).
+pub const MAX_MEMORY_MIB: u64 = 1 << 20;
+/// Most vCPUs accepted (QEMU's `pc` machine limit).
+pub const MAX_VCPUS: u32 = 255;
+
+/// How the guest boots.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Boot {
+    /// Direct kernel boot.
+    Kernel {
+        /// The kernel image.
+        kernel: PathBuf,
+        /// The initramfs, if any.
+        initrd: Option<PathBuf>,
+        /// The kernel command line.
+        cmdline: String,
+    },
+    /// Boot from a disk image (virtio disk).
+    Disk {
+        /// The image file.
+        image: PathBuf,
+        /// Its format: `qcow2` or `raw`.
+        format: String,
+    },
+}
+
+/// The VM's network interface: a kernel tap that the node's OVS `br-int` carries as the VM's
+/// logical port. (On OVS's userspace datapath QEMU cannot open an OVS internal port.)
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Nic {
+    /// The VM's MAC: the Address's, so the VM keeps it across migrations.
+    pub mac: MacAddr,
+    /// The tap device; must exist on the node before the domain starts (same name on a
+    /// migration's target).
+    pub tap: String,
+}
+
+/// One VM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmSpec {
+    /// Domain name.
+    pub name: String,
+    /// Virtual CPUs.
+    pub vcpus: u32,
+    /// Memory in MiB.
+    pub memory_mib: u64,
+    /// Boot source.
+    pub boot: Boot,
+    /// Network interface.
+    pub nic: Nic,
+    /// File the serial console is appended to.
+    pub serial_log: PathBuf,
+}
+
+impl VmSpec {
+    /// Check the spec; the error says what is wrong and what is allowed.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |problem: String| {
+            Err(Error::InvalidSpec {
+                vm: self.name.clone(),
+                problem,
+            })
+        };
+        if self.name.is_empty()
+            || self.name.len() > 63
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        {
+            return bad(format!(
+                "name {:?}: use 1-63 characters from a-z, A-Z, 0-9, '-', '_', '.'",
+                self.name
+            ));
+        }
+        if self.vcpus == 0 || self.vcpus > MAX_VCPUS {
+            return bad(format!("{} vCPUs: use 1 to {MAX_VCPUS}", self.vcpus));
+        }
+        if !(MIN_MEMORY_MIB..=MAX_MEMORY_MIB).contains(&self.memory_mib) {
+            return bad(format!(
+                "{} MiB of memory: use {MIN_MEMORY_MIB} to {MAX_MEMORY_MIB} MiB",
+                self.memory_mib
+            ));
+        }
+        match &self.boot {
+            Boot::Kernel {
+                kernel,
+                initrd,
+                cmdline,
+            } => {
+                for (what, p) in
+                    std::iter::once(("kernel", kernel)).chain(initrd.iter().map(|i| ("initrd", i)))
+                {
+                    if !p.is_absolute() {
+                        return bad(format!("{what} path {} must be absolute", p.display()));
+                    }
+                }
+                if cmdline.contains(['\n', '\0']) {
+                    return bad("the kernel command line must be one line".into());
+                }
+            }
+            Boot::Disk { image, format } => {
+                if !image.is_absolute() {
+                    return bad(format!(
+                        "disk image path {} must be absolute",
+                        image.display()
+                    ));
+                }
+                if format != "qcow2" && format != "raw" {
+                    return bad(format!("disk format {format:?}: use qcow2 or raw"));
+                }
+            }
+        }
+        if self.nic.mac.is_multicast() || self.nic.mac.is_zero() {
+            return bad(format!(
+                "MAC {}: a VM needs a unicast, non-zero MAC",
+                self.nic.mac
+            ));
+        }
+        let tap = &self.nic.tap;
+        if tap.is_empty()
+            || tap.len() > 15
+            || !tap
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return bad(format!(
+                "tap {tap:?}: a Linux interface name of 1-15 characters a-z, 0-9, '-', '_'"
+            ));
+        }
+        if !self.serial_log.is_absolute() {
+            return bad(format!(
+                "serial log {} must be an absolute path",
+                self.serial_log.display()
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn lab_vm() -> VmSpec {
+        VmSpec {
+            name: "demo".into(),
+            vcpus: 1,
+            memory_mib: 256,
+            boot: Boot::Kernel {
+                kernel: "/var/cache/roam/guest/vmlinuz".into(),
+                initrd: Some("/var/cache/roam/guest/initramfs.gz".into()),
+                cmdline: "console=ttyS0 quiet panic=-1".into(),
+            },
+            nic: Nic {
+                mac: "52:54:00:e2:e0:0a".parse().unwrap(),
+                tap: "vm-demo0".into(),
+            },
+            serial_log: "/var/log/roam/demo.serial.log".into(),
+        }
+    }
+
+    #[test]
+    fn the_lab_guest_is_valid() {
+        lab_vm().validate().unwrap();
+    }
+
+    #[test]
+    fn bad_values_are_rejected_with_what_is_allowed() {
+        type Mutation = Box<dyn Fn(&mut VmSpec)>;
+        let cases: Vec<(Mutation, &str)> = vec![
+            (Box::new(|v| v.vcpus = 0), "use 1 to 255"),
+            (Box::new(|v| v.vcpus = 1000), "use 1 to 255"),
+            (Box::new(|v| v.memory_mib = 4), "MiB of memory"),
+            (Box::new(|v| v.memory_mib = u64::MAX), "MiB of memory"),
+            (Box::new(|v| v.name = "a b".into()), "name"),
+            (Box::new(|v| v.name = String::new()), "name"),
+            (
+                Box::new(|v| v.nic.tap = "a-tap-name-too-long".into()),
+                "tap",
+            ),
+            (
+                Box::new(|v| v.nic.mac = "01:00:5e:00:00:01".parse().unwrap()),
+                "unicast",
+            ),
+            (Box::new(|v| v.serial_log = "serial.log".into()), "absolute"),
+            (
+                Box::new(|v| {
+                    v.boot = Boot::Kernel {
+                        kernel: "vmlinuz".into(),
+                        initrd: None,
+                        cmdline: String::new(),
+                    }
+                }),
+                "kernel path",
+            ),
+            (
+                Box::new(|v| {
+                    v.boot = Boot::Disk {
+                        image: "/img.vmdk".into(),
+                        format: "vmdk".into(),
+                    }
+                }),
+                "qcow2 or raw",
+            ),
+        ];
+        for (mutate, expect) in cases {
+            let mut v = lab_vm();
+            mutate(&mut v);
+            let err = v.validate().unwrap_err().to_string();
+            assert!(err.contains(expect), "{err:?} should mention {expect:?}");
+        }
+    }
+}
