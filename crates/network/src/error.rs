@@ -97,6 +97,15 @@ pub enum Error {
         /// What is wrong with the value.
         reason: String,
     },
+    /// A desired topology OVN cannot realize (two logical ports with one name, a router
+    /// port reference to no router port, ...): nothing was sent.
+    #[error("network {network}: the planned topology cannot be applied: {reason}")]
+    InvalidTopology {
+        /// The network.
+        network: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Data from the server does not decode into the requested Rust type (a row type that
     /// does not match the server's schema, or a malformed database value).
     #[error("cannot decode {what}: {reason}")]

@@ -6,7 +6,7 @@
 //!
 //! - [`topology`]: pure planning of the OVN northbound state of an overlay network (per-node
 //!   switch and anycast-gateway router, fabric router, /32 routes, DHCP options, DSCP
-//!   marking) and of a route flip. The reconciler that applies a plan is still to come.
+//!   marking) and of a route flip, and the reconciler that applies a plan in one transaction.
 //! - [`qos`]: RFC 4594 service classes and their DSCP values.
 #![warn(missing_docs)]
 

@@ -6,7 +6,7 @@
 //! # The overlay
 //!
 //! ```text
-//!   workload ── ls <net>-<node> ── lr <net>-<node> ── ls <net>-join ── lr <net>-fabric
+//!   workload ── ls <net>-<node> ── lr <net>-<node>-rtr ── ls <net>-join ── lr <net>-fabric
 //!               (one per node)     anycast gateway      (transit)       one /32 per address
 //!                                  GW/plen + GW MAC                      → the hosting node
 //!                                  on every node
@@ -21,9 +21,14 @@
 //! nodes; moving an address (the *route flip*) changes three routes, in one transaction.
 
 mod overlay;
+mod reconcile;
 
 pub use overlay::{
     LogicalRouter, LogicalSwitch, NodeSpec, OverlaySpec, PlanError, PortSpec, QosRule, RouteFlip,
     RouterPort, RouterRoute, StaticRoute, SwitchPort, SwitchPortKind, Topology, plan_overlay,
     route_flip,
+};
+pub use reconcile::{
+    ActualState, OWNER_KEY, PORT_KEY, QOS_PRIORITY, ReconcileReport, TableCounts, apply, check,
+    diff, read_actual, reconcile,
 };

@@ -284,8 +284,11 @@ impl Topology {
 fn node_switch(net: &str, node: &str) -> String {
     format!("{net}-{node}")
 }
+/// Routers and switches get distinct names: OVN needs every logical port name unique across
+/// switch AND router ports (ovn-northd drops a duplicate with only a log line), and the
+/// router ports are named after their router.
 fn node_router(net: &str, node: &str) -> String {
-    format!("{net}-{node}")
+    format!("{net}-{node}-rtr")
 }
 fn workload_port(port: &str, node: &str) -> String {
     format!("{port}.{node}")
@@ -635,8 +638,8 @@ mod tests {
         let t = plan_overlay(&spec(), &nodes(3), &[]).unwrap();
         let gws: BTreeSet<_> = (0..3)
             .map(|i| {
-                let lr = &t.routers[&format!("ovl-node-{i}")];
-                let p = &lr.ports[&format!("ovl-node-{i}-gw")];
+                let lr = &t.routers[&format!("ovl-node-{i}-rtr")];
+                let p = &lr.ports[&format!("ovl-node-{i}-rtr-gw")];
                 (p.mac, p.networks.clone())
             })
             .collect();
@@ -651,9 +654,35 @@ mod tests {
     }
 
     #[test]
+    fn logical_port_names_are_unique_across_switches_and_routers() {
+        let ns = nodes(3);
+        let ports: Vec<_> = (1..=6).map(|i| port(i, &ns[i as usize % 3].name)).collect();
+        let t = plan_overlay(&spec(), &ns, &ports).unwrap();
+        let mut names = BTreeSet::new();
+        let lsps = t.switches.values().flat_map(|s| s.ports.keys());
+        let lrps = t.routers.values().flat_map(|r| r.ports.keys());
+        for n in lsps.chain(lrps) {
+            assert!(names.insert(n.clone()), "{n} is used twice");
+        }
+        // and every router-type switch port peers with a router port that exists
+        for ls in t.switches.values() {
+            for p in ls.ports.values() {
+                if let SwitchPortKind::Router { router_port } = &p.kind {
+                    assert!(
+                        t.routers
+                            .values()
+                            .any(|r| r.ports.contains_key(router_port)),
+                        "{router_port}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn node_routers_send_both_halves_to_the_fabric() {
         let t = plan_overlay(&spec(), &nodes(2), &[]).unwrap();
-        let lr = &t.routers["ovl-node-0"];
+        let lr = &t.routers["ovl-node-0-rtr"];
         let prefixes: Vec<String> = lr.routes.iter().map(|r| r.ip_prefix.to_string()).collect();
         assert_eq!(prefixes, ["100.64.0.0/17", "100.64.128.0/17"]);
         assert!(lr.routes.iter().all(|r| r.nexthop == spec().fabric_ip));
@@ -690,12 +719,12 @@ mod tests {
         assert!(
             removed
                 .iter()
-                .any(|(r, s)| r == "ovl-node-0" && s.ip_prefix == ip)
+                .any(|(r, s)| r == "ovl-node-0-rtr" && s.ip_prefix == ip)
         );
         assert!(
             added
                 .iter()
-                .any(|(r, s)| r == "ovl-node-2" && s.ip_prefix == ip && s.nexthop == ip.addr())
+                .any(|(r, s)| r == "ovl-node-2-rtr" && s.ip_prefix == ip && s.nexthop == ip.addr())
         );
         let fabric_old = removed.iter().find(|(r, _)| r == "ovl-fabric").unwrap();
         let fabric_new = added.iter().find(|(r, _)| r == "ovl-fabric").unwrap();
@@ -742,7 +771,7 @@ mod tests {
                 .any(|r| r.nexthop == ns[0].join_ip)
         );
         assert!(
-            !t.routers["ovl-node-1"]
+            !t.routers["ovl-node-1-rtr"]
                 .routes
                 .iter()
                 .any(|r| r.ip_prefix.prefix_len() == 32)

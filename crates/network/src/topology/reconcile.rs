@@ -1,0 +1,1014 @@
+//! The reconciler: makes OVN's northbound database hold a planned [`Topology`].
+//!
+//! [`reconcile`] reads the rows one network owns ([`read_actual`]), computes the difference
+//! with the plan ([`diff`], pure) and applies it in ONE transaction ([`apply`]): either every
+//! change lands or none does. A second reconcile of the same plan finds no difference and
+//! sends nothing.
+//!
+//! Before reading anything, [`reconcile`] [`check`]s that OVN can realize the plan at all
+//! (logical port names unique across switch and router ports, peers and output ports that
+//! exist): ovn-northd would otherwise accept the rows and silently drop a duplicate port.
+//!
+//! # Ownership
+//!
+//! Every row roam creates carries `external_ids:roam.dev/network=<network>` ([`OWNER_KEY`]),
+//! and only such rows are read, changed or deleted. A foreign row inside an owned switch or
+//! router (a port someone else added) is left alone; an owned child is only considered when
+//! an owned parent references it. `DHCP_Options` rows also carry
+//! `external_ids:roam.dev/port=<logical switch port>` ([`PORT_KEY`]), the port they serve.
+//!
+//! # Identity
+//!
+//! Rows are matched by name (switches, routers, their ports), by `match` within a switch
+//! (QoS), by `ip_prefix` within a router (static routes) and by the port they serve
+//! (DHCP options). A matched row whose columns differ is updated in place (only the
+//! differing columns are written), so a route flip is an update of the fabric route's
+//! `nexthop`, a delete of the old node's local route and an insert of the new one. Owned rows
+//! that are no longer wanted are deleted and, when they are children, removed from their
+//! parent's set with a `mutate ... delete` (references to children are always mutated, never
+//! overwritten, so foreign children survive).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt;
+
+use roam_dhcp_opts::DhcpOptionsRow;
+use serde_json::{Map, Value, json};
+
+use super::overlay::{
+    LogicalRouter, LogicalSwitch, QosRule, RouterPort, StaticRoute, SwitchPort, SwitchPortKind,
+    Topology,
+};
+use crate::Result;
+use crate::ovsdb::nb::{self, DATABASE, RoutePolicy, StringMap};
+use crate::ovsdb::{Client, TableRow, Uuid, decode_select, ops};
+
+/// The `external_ids` key naming the network that owns a row.
+pub const OWNER_KEY: &str = "roam.dev/network";
+/// The `external_ids` key of a `DHCP_Options` row naming the logical switch port it serves.
+pub const PORT_KEY: &str = "roam.dev/port";
+
+/// Priority of roam's DSCP marking rules.
+pub const QOS_PRIORITY: i64 = 100;
+
+/// The northbound rows one network owns (those whose `external_ids` hold
+/// [`OWNER_KEY`]`=<network>`), as read by [`read_actual`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ActualState {
+    /// `Logical_Switch` rows.
+    pub switches: Vec<nb::LogicalSwitch>,
+    /// `Logical_Switch_Port` rows.
+    pub switch_ports: Vec<nb::LogicalSwitchPort>,
+    /// `Logical_Router` rows.
+    pub routers: Vec<nb::LogicalRouter>,
+    /// `Logical_Router_Port` rows.
+    pub router_ports: Vec<nb::LogicalRouterPort>,
+    /// `Logical_Router_Static_Route` rows.
+    pub routes: Vec<nb::LogicalRouterStaticRoute>,
+    /// `DHCP_Options` rows.
+    pub dhcp_options: Vec<nb::DhcpOptions>,
+    /// `QoS` rows.
+    pub qos: Vec<nb::Qos>,
+}
+
+impl ActualState {
+    /// Whether the network owns no row at all.
+    pub fn is_empty(&self) -> bool {
+        self.switches.is_empty()
+            && self.switch_ports.is_empty()
+            && self.routers.is_empty()
+            && self.router_ports.is_empty()
+            && self.routes.is_empty()
+            && self.dhcp_options.is_empty()
+            && self.qos.is_empty()
+    }
+}
+
+/// Rows inserted, updated and deleted in one table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableCounts {
+    /// Rows inserted.
+    pub inserted: usize,
+    /// Rows updated or mutated (each row counted once).
+    pub updated: usize,
+    /// Rows deleted.
+    pub deleted: usize,
+}
+
+impl TableCounts {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.inserted == 0 && self.updated == 0 && self.deleted == 0
+    }
+}
+
+/// What a reconcile changed, per table (only tables with changes are listed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReconcileReport {
+    /// Counts by table name.
+    pub tables: BTreeMap<String, TableCounts>,
+}
+
+impl ReconcileReport {
+    /// The counts of a transaction's operations: an `insert` inserts one row, a `delete` or
+    /// `update`/`mutate` whose `where` is `_uuid == X` affects row X (a row both modified and
+    /// deleted counts as deleted).
+    pub fn from_ops(ops: &[Value]) -> ReconcileReport {
+        let mut report = ReconcileReport::default();
+        let mut updated: BTreeSet<(String, String)> = BTreeSet::new();
+        let mut deleted: BTreeSet<(String, String)> = BTreeSet::new();
+        for op in ops {
+            let (Some(kind), Some(table)) = (
+                op.get("op").and_then(Value::as_str),
+                op.get("table").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            let target = target_uuid(op).unwrap_or_else(|| op["where"].to_string());
+            match kind {
+                "insert" => report.entry(table).inserted += 1,
+                "update" | "mutate" => {
+                    updated.insert((table.to_string(), target));
+                }
+                "delete" => {
+                    deleted.insert((table.to_string(), target));
+                }
+                _ => {}
+            }
+        }
+        for (table, _) in updated.difference(&deleted) {
+            report.entry(table).updated += 1;
+        }
+        for (table, _) in &deleted {
+            report.entry(table).deleted += 1;
+        }
+        report
+    }
+
+    fn entry(&mut self, table: &str) -> &mut TableCounts {
+        self.tables.entry(table.to_string()).or_default()
+    }
+
+    /// The counts of `table` (zero when it did not change).
+    pub fn table(&self, table: &str) -> TableCounts {
+        self.tables.get(table).copied().unwrap_or_default()
+    }
+
+    /// The counts over all tables.
+    pub fn totals(&self) -> TableCounts {
+        self.tables
+            .values()
+            .fold(TableCounts::default(), |a, c| TableCounts {
+                inserted: a.inserted + c.inserted,
+                updated: a.updated + c.updated,
+                deleted: a.deleted + c.deleted,
+            })
+    }
+
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.tables.values().all(TableCounts::is_empty)
+    }
+}
+
+impl fmt::Display for ReconcileReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return f.write_str("no changes");
+        }
+        let mut first = true;
+        for (table, c) in self.tables.iter().filter(|(_, c)| !c.is_empty()) {
+            if !first {
+                f.write_str(", ")?;
+            }
+            first = false;
+            write!(f, "{table} +{} ~{} -{}", c.inserted, c.updated, c.deleted)?;
+        }
+        Ok(())
+    }
+}
+
+/// The row UUID of an operation whose `where` is exactly `[["_uuid", "==", ["uuid", X]]]`.
+fn target_uuid(op: &Value) -> Option<String> {
+    match op.get("where")?.as_array()?.as_slice() {
+        [c] => match c.as_array()?.as_slice() {
+            [Value::String(col), Value::String(f), v] if col == "_uuid" && f == "==" => {
+                Some(Uuid::from_json(v).ok()?.to_string())
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn owned_by(network: &str) -> Vec<Value> {
+    vec![ops::cond(
+        "external_ids",
+        "includes",
+        ops::string_map([(OWNER_KEY, network)]),
+    )]
+}
+
+fn select_owned<T: TableRow>(network: &str) -> Value {
+    let mut columns = vec!["_uuid"];
+    columns.extend_from_slice(T::COLUMNS);
+    ops::select(T::TABLE, owned_by(network), Some(&columns))
+}
+
+/// Read every row `network` owns, in one transaction (a consistent snapshot).
+pub async fn read_actual(client: &Client, network: &str) -> Result<ActualState> {
+    let res = client
+        .transact(
+            DATABASE,
+            vec![
+                select_owned::<nb::LogicalSwitch>(network),
+                select_owned::<nb::LogicalSwitchPort>(network),
+                select_owned::<nb::LogicalRouter>(network),
+                select_owned::<nb::LogicalRouterPort>(network),
+                select_owned::<nb::LogicalRouterStaticRoute>(network),
+                select_owned::<nb::DhcpOptions>(network),
+                select_owned::<nb::Qos>(network),
+            ],
+        )
+        .await?;
+    Ok(ActualState {
+        switches: decode_select(&res[0])?,
+        switch_ports: decode_select(&res[1])?,
+        routers: decode_select(&res[2])?,
+        router_ports: decode_select(&res[3])?,
+        routes: decode_select(&res[4])?,
+        dhcp_options: decode_select(&res[5])?,
+        qos: decode_select(&res[6])?,
+    })
+}
+
+/// Send `ops` as one transaction (checked against the schema first: a value the schema
+/// refuses fails without sending anything). Nothing is sent for an empty list. Either all
+/// of `ops` land or, on any error, none does.
+pub async fn apply(client: &Client, ops: Vec<Value>) -> Result<ReconcileReport> {
+    let report = ReconcileReport::from_ops(&ops);
+    if ops.is_empty() {
+        return Ok(report);
+    }
+    client.transact_checked(DATABASE, ops).await?;
+    Ok(report)
+}
+
+/// Make the rows `network` owns match `desired`: read them, [`diff`], and [`apply`] the
+/// difference in one transaction. Idempotent: when nothing differs, nothing is sent.
+///
+/// On an error nothing was changed, except for [`Error::Disconnected`](crate::Error) and
+/// [`Error::Timeout`](crate::Error), after which the outcome is unknown: reconcile again
+/// (it re-reads the database first).
+pub async fn reconcile(
+    client: &Client,
+    network: &str,
+    desired: &Topology,
+) -> Result<ReconcileReport> {
+    check(desired, network)?;
+    let actual = read_actual(client, network).await?;
+    let mut ops = diff(&actual, desired, network);
+    if ops.is_empty() {
+        tracing::debug!(network, "OVN topology up to date");
+        return Ok(ReconcileReport::default());
+    }
+    ops.push(ops::comment(&format!("roam: reconcile network {network}")));
+    let report = apply(client, ops).await?;
+    tracing::info!(network, %report, "OVN topology reconciled");
+    Ok(report)
+}
+
+/// Check that OVN can realize `desired`: logical port names are unique across all switch
+/// AND router ports (ovn-northd binds ports by name in one namespace and ignores a
+/// duplicate with only a warning, leaving a silently broken datapath), every router-type
+/// switch port names a router port of the plan, and every route's output port is a port of
+/// its router. [`reconcile`] refuses a failing plan with
+/// [`Error::InvalidTopology`](crate::Error::InvalidTopology) before sending anything.
+pub fn check(desired: &Topology, network: &str) -> Result<()> {
+    let invalid = |reason: String| {
+        Err(crate::Error::InvalidTopology {
+            network: network.to_string(),
+            reason,
+        })
+    };
+    let mut owners: BTreeMap<&str, String> = BTreeMap::new();
+    let switch_ports = desired.switches.values().flat_map(|ls| {
+        ls.ports
+            .keys()
+            .map(move |p| (p, format!("switch {}", ls.name)))
+    });
+    let router_ports = desired.routers.values().flat_map(|lr| {
+        lr.ports
+            .keys()
+            .map(move |p| (p, format!("router {}", lr.name)))
+    });
+    for (port, owner) in switch_ports.chain(router_ports) {
+        if let Some(first) = owners.insert(port, owner.clone()) {
+            return invalid(format!(
+                "logical port name {port:?} is used by {first} and by {owner}; OVN needs \
+                 names unique across all switch and router ports"
+            ));
+        }
+    }
+    for ls in desired.switches.values() {
+        for p in ls.ports.values() {
+            if let SwitchPortKind::Router { router_port } = &p.kind
+                && !desired
+                    .routers
+                    .values()
+                    .any(|lr| lr.ports.contains_key(router_port))
+            {
+                return invalid(format!(
+                    "switch port {} peers with router port {router_port:?}, which no router has",
+                    p.name
+                ));
+            }
+        }
+    }
+    for lr in desired.routers.values() {
+        for r in &lr.routes {
+            if let Some(out) = &r.output_port
+                && !lr.ports.contains_key(out)
+            {
+                return invalid(format!(
+                    "route {} on router {} leaves through {out:?}, not a port of that router",
+                    r.ip_prefix, lr.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The operations that turn `actual` (the rows `network` owns) into `desired`: inserts
+/// first, then updates and mutations, then deletes. Empty when nothing differs.
+pub fn diff(actual: &ActualState, desired: &Topology, network: &str) -> Vec<Value> {
+    let mut d = Differ::new(actual, network);
+    d.switches(desired);
+    d.routers(desired);
+    d.garbage_dhcp();
+    d.finish()
+}
+
+/// A reference to a row: an existing one, or one inserted by the same transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum RowRef {
+    Existing(Uuid),
+    New(String),
+}
+
+impl RowRef {
+    fn json(&self) -> Value {
+        match self {
+            RowRef::Existing(u) => u.to_json(),
+            RowRef::New(n) => ops::named_uuid(n),
+        }
+    }
+}
+
+fn by_uuid(u: Uuid) -> Vec<Value> {
+    vec![ops::cond("_uuid", "==", u.to_json())]
+}
+
+fn set_json<I: IntoIterator<Item = Value>>(items: I) -> Value {
+    ops::set(items.into_iter().collect())
+}
+
+fn string_set(items: &BTreeSet<String>) -> Value {
+    set_json(items.iter().map(|s| json!(s)))
+}
+
+fn string_map_json(m: &BTreeMap<String, String>) -> Value {
+    ops::string_map(m.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+}
+
+/// `actual` with `want` merged in, if that changes it.
+fn merged_external_ids(
+    actual: &StringMap,
+    want: &BTreeMap<String, String>,
+) -> Option<BTreeMap<String, String>> {
+    if want.iter().all(|(k, v)| actual.get(k) == Some(v)) {
+        return None;
+    }
+    let mut m = actual.0.clone();
+    m.extend(want.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Some(m)
+}
+
+/// Actual rows and desired objects matched by identity.
+struct Pairing<'a, A, D> {
+    /// Same identity: keep, updating what differs.
+    pairs: Vec<(&'a A, &'a D)>,
+    /// Actual rows nothing desired matches: garbage.
+    garbage: Vec<&'a A>,
+    /// Desired objects no actual row matches: to insert.
+    new: Vec<&'a D>,
+}
+
+/// Pair actual rows with desired objects of the same identity key. Within one key, rows
+/// that need no change are paired first, then the rest in order (to be updated in place).
+fn pair_up<'a, A, D, K: Ord>(
+    actual: impl IntoIterator<Item = &'a A>,
+    desired: impl IntoIterator<Item = &'a D>,
+    key_a: impl Fn(&A) -> K,
+    key_d: impl Fn(&D) -> K,
+    unchanged: impl Fn(&A, &D) -> bool,
+) -> Pairing<'a, A, D> {
+    let mut by_key: BTreeMap<K, (Vec<&'a A>, Vec<&'a D>)> = BTreeMap::new();
+    for a in actual {
+        by_key.entry(key_a(a)).or_default().0.push(a);
+    }
+    for d in desired {
+        by_key.entry(key_d(d)).or_default().1.push(d);
+    }
+    let mut out = Pairing {
+        pairs: Vec::new(),
+        garbage: Vec::new(),
+        new: Vec::new(),
+    };
+    for (_, (mut actual, desired)) in by_key {
+        let mut changed = Vec::new();
+        for d in desired {
+            match actual.iter().position(|a| unchanged(a, d)) {
+                Some(i) => out.pairs.push((actual.remove(i), d)),
+                None => changed.push(d),
+            }
+        }
+        let mut actual = actual.into_iter();
+        for d in changed {
+            match actual.next() {
+                Some(a) => out.pairs.push((a, d)),
+                None => out.new.push(d),
+            }
+        }
+        out.garbage.extend(actual);
+    }
+    out
+}
+
+struct Differ<'a> {
+    network: &'a str,
+    inserts: Vec<Value>,
+    updates: Vec<Value>,
+    deletes: Vec<Value>,
+    next_name: usize,
+    lsps: HashMap<Uuid, &'a nb::LogicalSwitchPort>,
+    lrps: HashMap<Uuid, &'a nb::LogicalRouterPort>,
+    routes: HashMap<Uuid, &'a nb::LogicalRouterStaticRoute>,
+    qos: HashMap<Uuid, &'a nb::Qos>,
+    dhcp_by_port: BTreeMap<&'a str, Vec<&'a nb::DhcpOptions>>,
+    dhcp_kept: HashSet<Uuid>,
+    actual: &'a ActualState,
+}
+
+impl<'a> Differ<'a> {
+    fn new(actual: &'a ActualState, network: &'a str) -> Self {
+        let mut dhcp_by_port: BTreeMap<&str, Vec<&nb::DhcpOptions>> = BTreeMap::new();
+        for row in &actual.dhcp_options {
+            let port = row.external_ids.get(PORT_KEY).map_or("", String::as_str);
+            dhcp_by_port.entry(port).or_default().push(row);
+        }
+        Differ {
+            network,
+            inserts: Vec::new(),
+            updates: Vec::new(),
+            deletes: Vec::new(),
+            next_name: 0,
+            lsps: actual.switch_ports.iter().map(|r| (r.uuid, r)).collect(),
+            lrps: actual.router_ports.iter().map(|r| (r.uuid, r)).collect(),
+            routes: actual.routes.iter().map(|r| (r.uuid, r)).collect(),
+            qos: actual.qos.iter().map(|r| (r.uuid, r)).collect(),
+            dhcp_by_port,
+            dhcp_kept: HashSet::new(),
+            actual,
+        }
+    }
+
+    fn finish(self) -> Vec<Value> {
+        let mut all = self.inserts;
+        all.extend(self.updates);
+        all.extend(self.deletes);
+        all
+    }
+
+    fn owner(&self) -> BTreeMap<String, String> {
+        [(OWNER_KEY.to_string(), self.network.to_string())].into()
+    }
+
+    /// Insert `row` (owned) into `table`; returns the reference to the new row.
+    fn insert(&mut self, table: &str, mut row: Map<String, Value>) -> RowRef {
+        if !row.contains_key("external_ids") {
+            row.insert("external_ids".into(), string_map_json(&self.owner()));
+        }
+        let name = format!("roam_new_{}", self.next_name);
+        self.next_name += 1;
+        self.inserts
+            .push(ops::insert(table, Value::Object(row), Some(&name)));
+        RowRef::New(name)
+    }
+
+    fn update(&mut self, table: &str, uuid: Uuid, row: Map<String, Value>) {
+        if !row.is_empty() {
+            self.updates
+                .push(ops::update(table, by_uuid(uuid), Value::Object(row)));
+        }
+    }
+
+    fn mutate_set(
+        &mut self,
+        table: &str,
+        uuid: Uuid,
+        column: &str,
+        add: Vec<RowRef>,
+        remove: Vec<Uuid>,
+    ) {
+        let mut mutations = Vec::new();
+        if !remove.is_empty() {
+            mutations.push(ops::mutation(
+                column,
+                "delete",
+                set_json(remove.iter().map(Uuid::to_json)),
+            ));
+        }
+        if !add.is_empty() {
+            mutations.push(ops::mutation(
+                column,
+                "insert",
+                set_json(add.iter().map(RowRef::json)),
+            ));
+        }
+        if !mutations.is_empty() {
+            self.updates
+                .push(ops::mutate(table, by_uuid(uuid), mutations));
+        }
+    }
+
+    fn delete(&mut self, table: &str, uuid: Uuid) {
+        self.deletes.push(ops::delete(table, by_uuid(uuid)));
+    }
+
+    fn external_ids_update(
+        &self,
+        row: &mut Map<String, Value>,
+        actual: &StringMap,
+        want: &BTreeMap<String, String>,
+    ) {
+        if let Some(m) = merged_external_ids(actual, want) {
+            row.insert("external_ids".into(), string_map_json(&m));
+        }
+    }
+
+    // ---- switches ----
+
+    fn switches(&mut self, desired: &'a Topology) {
+        let actual: Vec<&nb::LogicalSwitch> = self.actual.switches.iter().collect();
+        let mut by_name: BTreeMap<&str, Vec<&nb::LogicalSwitch>> = BTreeMap::new();
+        for ls in actual {
+            by_name.entry(ls.name.as_str()).or_default().push(ls);
+        }
+        for (name, want) in &desired.switches {
+            let mut rows = by_name.remove(name.as_str()).unwrap_or_default();
+            let keep = if rows.is_empty() {
+                None
+            } else {
+                Some(rows.remove(0))
+            };
+            // duplicates of an owned switch: garbage
+            for dup in rows {
+                self.delete_switch(dup);
+            }
+            self.switch(keep, want);
+        }
+        for rows in by_name.into_values() {
+            for ls in rows {
+                self.delete_switch(ls);
+            }
+        }
+    }
+
+    fn delete_switch(&mut self, ls: &'a nb::LogicalSwitch) {
+        for u in &ls.ports {
+            // its DHCP options go with garbage_dhcp, unless a port of the same name elsewhere
+            // keeps them
+            if self.lsps.contains_key(u) {
+                self.delete("Logical_Switch_Port", *u);
+            }
+        }
+        for u in &ls.qos_rules {
+            if self.qos.contains_key(u) {
+                self.delete("QoS", *u);
+            }
+        }
+        self.delete("Logical_Switch", ls.uuid);
+    }
+
+    fn switch(&mut self, actual: Option<&'a nb::LogicalSwitch>, want: &'a LogicalSwitch) {
+        let owner = self.owner();
+        let Some(ls) = actual else {
+            let ports: Vec<RowRef> = want
+                .ports
+                .values()
+                .map(|p| self.new_lsp(p))
+                .collect::<Vec<_>>();
+            let qos: Vec<RowRef> = want.qos.iter().map(|q| self.new_qos(q)).collect();
+            let mut row = Map::new();
+            row.insert("name".into(), json!(want.name));
+            row.insert("ports".into(), set_json(ports.iter().map(RowRef::json)));
+            row.insert("qos_rules".into(), set_json(qos.iter().map(RowRef::json)));
+            self.insert("Logical_Switch", row);
+            return;
+        };
+        let mut row = Map::new();
+        self.external_ids_update(&mut row, &ls.external_ids, &owner);
+        self.update("Logical_Switch", ls.uuid, row);
+
+        // ports, by name
+        let actual_ports: Vec<&nb::LogicalSwitchPort> = ls
+            .ports
+            .iter()
+            .filter_map(|u| self.lsps.get(u).copied())
+            .collect();
+        let ports = pair_up(
+            actual_ports,
+            want.ports.values(),
+            |a| a.name.clone(),
+            |d| d.name.clone(),
+            |_, _| false,
+        );
+        for (a, d) in ports.pairs {
+            self.update_lsp(a, d);
+        }
+        let remove: Vec<Uuid> = ports.garbage.iter().map(|a| a.uuid).collect();
+        for u in &remove {
+            self.delete("Logical_Switch_Port", *u);
+        }
+        let add: Vec<RowRef> = ports.new.into_iter().map(|d| self.new_lsp(d)).collect();
+        self.mutate_set("Logical_Switch", ls.uuid, "ports", add, remove);
+
+        // QoS rules, by match
+        let actual_qos: Vec<&nb::Qos> = ls
+            .qos_rules
+            .iter()
+            .filter_map(|u| self.qos.get(u).copied())
+            .collect();
+        let rules = pair_up(
+            actual_qos,
+            &want.qos,
+            |a| a.match_.clone(),
+            |d| d.r#match.clone(),
+            qos_equal,
+        );
+        for (a, d) in rules.pairs {
+            let row = self.qos_update(a, d);
+            self.update("QoS", a.uuid, row);
+        }
+        let remove: Vec<Uuid> = rules.garbage.iter().map(|a| a.uuid).collect();
+        for u in &remove {
+            self.delete("QoS", *u);
+        }
+        let add: Vec<RowRef> = rules.new.into_iter().map(|d| self.new_qos(d)).collect();
+        self.mutate_set("Logical_Switch", ls.uuid, "qos_rules", add, remove);
+    }
+
+    /// The desired columns of a switch port (without `name` and `dhcpv4_options`).
+    fn lsp_columns(p: &SwitchPort) -> (String, BTreeSet<String>, BTreeSet<String>, StringMap) {
+        match &p.kind {
+            SwitchPortKind::Workload {
+                mac,
+                ip,
+                requested_chassis,
+                ..
+            } => {
+                let addr = format!("{mac} {ip}");
+                (
+                    String::new(),
+                    [addr.clone()].into(),
+                    [addr].into(),
+                    [("requested-chassis".to_string(), requested_chassis.clone())].into(),
+                )
+            }
+            SwitchPortKind::Router { router_port } => (
+                "router".to_string(),
+                ["router".to_string()].into(),
+                BTreeSet::new(),
+                [("router-port".to_string(), router_port.clone())].into(),
+            ),
+        }
+    }
+
+    fn dhcp_of(p: &SwitchPort) -> Option<&DhcpOptionsRow> {
+        match &p.kind {
+            SwitchPortKind::Workload { dhcp, .. } => dhcp.as_ref(),
+            SwitchPortKind::Router { .. } => None,
+        }
+    }
+
+    fn new_lsp(&mut self, p: &'a SwitchPort) -> RowRef {
+        let dhcp = self.dhcp_for(p, None);
+        let (kind, addresses, port_security, options) = Self::lsp_columns(p);
+        let mut row = Map::new();
+        row.insert("name".into(), json!(p.name));
+        row.insert("type".into(), json!(kind));
+        row.insert("addresses".into(), string_set(&addresses));
+        row.insert("port_security".into(), string_set(&port_security));
+        row.insert("options".into(), string_map_json(&options));
+        if let Some(d) = dhcp {
+            row.insert("dhcpv4_options".into(), d.json());
+        }
+        self.insert("Logical_Switch_Port", row)
+    }
+
+    fn update_lsp(&mut self, a: &'a nb::LogicalSwitchPort, p: &'a SwitchPort) {
+        let dhcp = self.dhcp_for(p, a.dhcpv4_options);
+        let (kind, addresses, port_security, options) = Self::lsp_columns(p);
+        let mut row = Map::new();
+        if a.kind != kind {
+            row.insert("type".into(), json!(kind));
+        }
+        if a.addresses.0 != addresses {
+            row.insert("addresses".into(), string_set(&addresses));
+        }
+        if a.port_security.0 != port_security {
+            row.insert("port_security".into(), string_set(&port_security));
+        }
+        if a.options != options {
+            row.insert("options".into(), string_map_json(&options));
+        }
+        let current = a.dhcpv4_options.map(RowRef::Existing);
+        if current != dhcp {
+            row.insert(
+                "dhcpv4_options".into(),
+                dhcp.map_or_else(|| ops::set(vec![]), |d| d.json()),
+            );
+        }
+        let owner = self.owner();
+        self.external_ids_update(&mut row, &a.external_ids, &owner);
+        self.update("Logical_Switch_Port", a.uuid, row);
+    }
+
+    /// The DHCP_Options row port `p` must reference (inserting or updating it), or `None`;
+    /// `current` is what the port references now (preferred when it is one of ours).
+    fn dhcp_for(&mut self, p: &SwitchPort, current: Option<Uuid>) -> Option<RowRef> {
+        let want = Self::dhcp_of(p)?;
+        let mut rows = self
+            .dhcp_by_port
+            .get(p.name.as_str())
+            .cloned()
+            .unwrap_or_default();
+        rows.retain(|r| !self.dhcp_kept.contains(&r.uuid));
+        if let Some(i) = rows.iter().position(|r| Some(r.uuid) == current) {
+            rows.swap(0, i);
+        }
+        let mut want_ids = self.owner();
+        want_ids.insert(PORT_KEY.into(), p.name.clone());
+        match rows.first() {
+            Some(r) => {
+                self.dhcp_kept.insert(r.uuid);
+                let mut row = Map::new();
+                if r.cidr != want.cidr {
+                    row.insert("cidr".into(), json!(want.cidr));
+                }
+                if r.options.0 != want.options {
+                    row.insert("options".into(), string_map_json(&want.options));
+                }
+                self.external_ids_update(&mut row, &r.external_ids, &want_ids);
+                self.update("DHCP_Options", r.uuid, row);
+                Some(RowRef::Existing(r.uuid))
+            }
+            None => {
+                let mut row = Map::new();
+                row.insert("cidr".into(), json!(want.cidr));
+                row.insert("options".into(), string_map_json(&want.options));
+                row.insert("external_ids".into(), string_map_json(&want_ids));
+                Some(self.insert("DHCP_Options", row))
+            }
+        }
+    }
+
+    /// Owned DHCP_Options rows no desired port uses: deleted.
+    fn garbage_dhcp(&mut self) {
+        let garbage: Vec<Uuid> = self
+            .actual
+            .dhcp_options
+            .iter()
+            .map(|r| r.uuid)
+            .filter(|u| !self.dhcp_kept.contains(u))
+            .collect();
+        for u in garbage {
+            self.delete("DHCP_Options", u);
+        }
+    }
+
+    fn qos_row(q: &QosRule) -> Map<String, Value> {
+        let mut row = Map::new();
+        row.insert("priority".into(), json!(QOS_PRIORITY));
+        row.insert("direction".into(), json!("from-lport"));
+        row.insert("match".into(), json!(q.r#match));
+        row.insert("action".into(), json!(["map", [["dscp", q.dscp]]]));
+        row.insert("bandwidth".into(), json!(["map", []]));
+        row
+    }
+
+    fn new_qos(&mut self, q: &QosRule) -> RowRef {
+        self.insert("QoS", Self::qos_row(q))
+    }
+
+    fn qos_update(&self, a: &nb::Qos, q: &QosRule) -> Map<String, Value> {
+        let mut row = Self::qos_row(q);
+        if a.priority == QOS_PRIORITY {
+            row.remove("priority");
+        }
+        if a.direction == nb::QosDirection::FromLport {
+            row.remove("direction");
+        }
+        row.remove("match");
+        if a.action.len() == 1 && a.action.get("dscp") == Some(&i64::from(q.dscp)) {
+            row.remove("action");
+        }
+        if a.bandwidth.is_empty() {
+            row.remove("bandwidth");
+        }
+        self.external_ids_update(&mut row, &a.external_ids, &self.owner());
+        row
+    }
+
+    // ---- routers ----
+
+    fn routers(&mut self, desired: &'a Topology) {
+        let mut by_name: BTreeMap<&str, Vec<&nb::LogicalRouter>> = BTreeMap::new();
+        for lr in &self.actual.routers {
+            by_name.entry(lr.name.as_str()).or_default().push(lr);
+        }
+        for (name, want) in &desired.routers {
+            let mut rows = by_name.remove(name.as_str()).unwrap_or_default();
+            let keep = if rows.is_empty() {
+                None
+            } else {
+                Some(rows.remove(0))
+            };
+            for dup in rows {
+                self.delete_router(dup);
+            }
+            self.router(keep, want);
+        }
+        for rows in by_name.into_values() {
+            for lr in rows {
+                self.delete_router(lr);
+            }
+        }
+    }
+
+    fn delete_router(&mut self, lr: &'a nb::LogicalRouter) {
+        for u in &lr.ports {
+            if self.lrps.contains_key(u) {
+                self.delete("Logical_Router_Port", *u);
+            }
+        }
+        for u in &lr.static_routes {
+            if self.routes.contains_key(u) {
+                self.delete("Logical_Router_Static_Route", *u);
+            }
+        }
+        self.delete("Logical_Router", lr.uuid);
+    }
+
+    fn router(&mut self, actual: Option<&'a nb::LogicalRouter>, want: &'a LogicalRouter) {
+        let Some(lr) = actual else {
+            let ports: Vec<RowRef> = want.ports.values().map(|p| self.new_lrp(p)).collect();
+            let routes: Vec<RowRef> = want.routes.iter().map(|r| self.new_route(r)).collect();
+            let mut row = Map::new();
+            row.insert("name".into(), json!(want.name));
+            row.insert("ports".into(), set_json(ports.iter().map(RowRef::json)));
+            row.insert(
+                "static_routes".into(),
+                set_json(routes.iter().map(RowRef::json)),
+            );
+            self.insert("Logical_Router", row);
+            return;
+        };
+        let mut row = Map::new();
+        self.external_ids_update(&mut row, &lr.external_ids, &self.owner());
+        self.update("Logical_Router", lr.uuid, row);
+
+        let actual_ports: Vec<&nb::LogicalRouterPort> = lr
+            .ports
+            .iter()
+            .filter_map(|u| self.lrps.get(u).copied())
+            .collect();
+        let ports = pair_up(
+            actual_ports,
+            want.ports.values(),
+            |a| a.name.clone(),
+            |d| d.name.clone(),
+            |_, _| false,
+        );
+        for (a, d) in ports.pairs {
+            let row = self.lrp_update(a, d);
+            self.update("Logical_Router_Port", a.uuid, row);
+        }
+        let remove: Vec<Uuid> = ports.garbage.iter().map(|a| a.uuid).collect();
+        for u in &remove {
+            self.delete("Logical_Router_Port", *u);
+        }
+        let add: Vec<RowRef> = ports.new.into_iter().map(|d| self.new_lrp(d)).collect();
+        self.mutate_set("Logical_Router", lr.uuid, "ports", add, remove);
+
+        // routes, by prefix: a changed next hop is an update in place
+        let actual_routes: Vec<&nb::LogicalRouterStaticRoute> = lr
+            .static_routes
+            .iter()
+            .filter_map(|u| self.routes.get(u).copied())
+            .collect();
+        let routes = pair_up(
+            actual_routes,
+            &want.routes,
+            |a| a.ip_prefix.clone(),
+            |d| d.ip_prefix.to_string(),
+            |a, d| route_update(a, d).is_empty(),
+        );
+        for (a, d) in routes.pairs {
+            let mut row = route_update(a, d);
+            self.external_ids_update(&mut row, &a.external_ids, &self.owner());
+            self.update("Logical_Router_Static_Route", a.uuid, row);
+        }
+        let remove: Vec<Uuid> = routes.garbage.iter().map(|a| a.uuid).collect();
+        for u in &remove {
+            self.delete("Logical_Router_Static_Route", *u);
+        }
+        let add: Vec<RowRef> = routes.new.into_iter().map(|d| self.new_route(d)).collect();
+        self.mutate_set("Logical_Router", lr.uuid, "static_routes", add, remove);
+    }
+
+    fn new_lrp(&mut self, p: &RouterPort) -> RowRef {
+        let mut row = Map::new();
+        row.insert("name".into(), json!(p.name));
+        row.insert("mac".into(), json!(p.mac.to_string()));
+        row.insert(
+            "networks".into(),
+            string_set(&p.networks.iter().cloned().collect()),
+        );
+        self.insert("Logical_Router_Port", row)
+    }
+
+    fn lrp_update(&self, a: &nb::LogicalRouterPort, p: &RouterPort) -> Map<String, Value> {
+        let mut row = Map::new();
+        let mac = p.mac.to_string();
+        if a.mac != mac {
+            row.insert("mac".into(), json!(mac));
+        }
+        let networks: BTreeSet<String> = p.networks.iter().cloned().collect();
+        if a.networks.0 != networks {
+            row.insert("networks".into(), string_set(&networks));
+        }
+        self.external_ids_update(&mut row, &a.external_ids, &self.owner());
+        row
+    }
+
+    fn new_route(&mut self, r: &StaticRoute) -> RowRef {
+        let mut row = Map::new();
+        row.insert("ip_prefix".into(), json!(r.ip_prefix.to_string()));
+        row.insert("nexthop".into(), json!(r.nexthop.to_string()));
+        row.insert(
+            "output_port".into(),
+            r.output_port
+                .as_ref()
+                .map_or_else(|| ops::set(vec![]), |p| json!(p)),
+        );
+        self.insert("Logical_Router_Static_Route", row)
+    }
+}
+
+fn qos_equal(a: &nb::Qos, q: &QosRule) -> bool {
+    a.priority == QOS_PRIORITY
+        && a.direction == nb::QosDirection::FromLport
+        && a.action.len() == 1
+        && a.action.get("dscp") == Some(&i64::from(q.dscp))
+        && a.bandwidth.is_empty()
+}
+
+/// The columns of route `a` that differ from `r` (its `ip_prefix` aside).
+fn route_update(a: &nb::LogicalRouterStaticRoute, r: &StaticRoute) -> Map<String, Value> {
+    let mut row = Map::new();
+    let nexthop = r.nexthop.to_string();
+    if a.nexthop != nexthop {
+        row.insert("nexthop".into(), json!(nexthop));
+    }
+    if a.output_port != r.output_port {
+        row.insert(
+            "output_port".into(),
+            r.output_port
+                .as_ref()
+                .map_or_else(|| ops::set(vec![]), |p| json!(p)),
+        );
+    }
+    if !matches!(a.policy, None | Some(RoutePolicy::DstIp)) {
+        row.insert("policy".into(), ops::set(vec![]));
+    }
+    if !a.route_table.is_empty() {
+        row.insert("route_table".into(), json!(""));
+    }
+    row
+}
+
+#[cfg(test)]
+#[path = "reconcile_tests.rs"]
+mod tests;
