@@ -1,0 +1,91 @@
+//! `Network`: one overlay or VLAN (underlay) network that addresses come from.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Overlay (roam's /32 network over geneve) or underlay (a tagged VLAN of the enterprise
+/// network, reached through an OVN localnet port).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkMode {
+    /// Every address a /32, routed to wherever its workload lives.
+    #[default]
+    Overlay,
+    /// A VLAN's subnet, static or DHCP addressing.
+    Underlay,
+}
+
+/// A network roam hands addresses out of. Cluster-scoped.
+#[derive(CustomResource, Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[kube(
+    group = "roam.dev",
+    version = "v1alpha1",
+    kind = "Network",
+    plural = "networks",
+    status = "NetworkStatus",
+    printcolumn = r#"{"name":"MODE","type":"string","jsonPath":".spec.mode"}"#,
+    printcolumn = r#"{"name":"SUBNET","type":"string","jsonPath":".spec.subnet"}"#,
+    printcolumn = r#"{"name":"VLAN","type":"integer","jsonPath":".spec.vlan"}"#,
+    printcolumn = r#"{"name":"FREE","type":"integer","jsonPath":".status.free"}"#,
+    printcolumn = r#"{"name":"CLAIMED","type":"integer","jsonPath":".status.claimed"}"#,
+    printcolumn = r#"{"name":"AGE","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkSpec {
+    /// `overlay` (default) or `underlay`.
+    #[serde(default)]
+    pub mode: NetworkMode,
+    /// VLAN tag (1–4094); required for `underlay`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+    /// The range addresses come from, e.g. `100.64.0.0/10` (the default overlay range,
+    /// RFC 6598).
+    pub subnet: String,
+    /// The gateway; for the overlay, the anycast gateway present on every node. Defaults to
+    /// the subnet's first host address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+    /// Ranges never handed out (`a.b.c.d/len` or `a.b.c.d-e.f.g.h`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluded: Vec<String>,
+    /// Unclaimed addresses kept ready per node (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_size_per_node: Option<u32>,
+    /// How often the pool is refilled, in seconds (default 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refill_period_seconds: Option<u32>,
+    /// How long a deleted workload's address is kept for it before it is reclaimed, in
+    /// seconds (default 600: a migrating or restarting workload gets its address back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim_grace_seconds: Option<u32>,
+    /// DNS servers handed out with the address.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dns: Vec<String>,
+    /// Interface MTU (default 1500).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u16>,
+}
+
+/// What the controller observed of a Network.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkStatus {
+    /// The generation these figures are for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Unclaimed addresses.
+    #[serde(default)]
+    pub free: u32,
+    /// Claimed addresses.
+    #[serde(default)]
+    pub claimed: u32,
+    /// Soft-deleted addresses waiting out their grace period.
+    #[serde(default)]
+    pub deleted: u32,
+    /// `Ready`, and `Invalid` with the reason when the spec is rejected (e.g. overlapping
+    /// another Network, VLAN 0 or 4095).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
