@@ -8,10 +8,13 @@
 //!   switch and anycast-gateway router, fabric router, /32 routes, DHCP options, DSCP
 //!   marking) and of a route flip, and the reconciler that applies a plan in one transaction.
 //! - [`qos`]: RFC 4594 service classes and their DSCP values.
+//! - [`pool`]: the address pool's decisions (warm pool refill, claim or reuse by owner, reclaim
+//!   after the grace period), over plain data.
 #![warn(missing_docs)]
 
 mod error;
 pub mod ovsdb;
+pub mod pool;
 pub mod qos;
 pub mod topology;
 
