@@ -240,18 +240,9 @@ impl Drop for TestNetns {
     }
 }
 
-/// Plug a test namespace into OVN on `node`: an OVS internal port on the node's `br-int`
-/// bound to logical port `lsp`, moved into `ns` with `mac` and a /32 `ip` whose gateway
-/// `gw` is on-link (roam's overlay plumbing, done with `ip` here).
-pub fn plug_netns(
-    node: &Node,
-    ns: &TestNetns,
-    port: &str,
-    lsp: &str,
-    mac: &str,
-    ip: &str,
-    gw: &str,
-) {
+/// Attach a test namespace to OVN on `node`: an OVS internal port on the node's `br-int`
+/// bound to logical port `lsp`, moved into `ns` with `mac`, up, and no address (for DHCP).
+pub fn attach_netns(node: &Node, ns: &TestNetns, port: &str, lsp: &str, mac: &str) {
     vsctl(
         node,
         &[
@@ -276,6 +267,20 @@ pub fn plug_netns(
     );
     ns.run("ip", &["link", "set", port, "address", mac]);
     ns.run("ip", &["link", "set", port, "up"]);
+}
+
+/// [`attach_netns`], then a /32 `ip` whose gateway `gw` is on-link (roam's overlay plumbing,
+/// done with `ip` here).
+pub fn plug_netns(
+    node: &Node,
+    ns: &TestNetns,
+    port: &str,
+    lsp: &str,
+    mac: &str,
+    ip: &str,
+    gw: &str,
+) {
+    attach_netns(node, ns, port, lsp, mac);
     ns.run("ip", &["addr", "add", &format!("{ip}/32"), "dev", port]);
     ns.run("ip", &["route", "add", gw, "dev", port, "scope", "link"]);
     ns.run("ip", &["route", "add", "default", "via", gw, "dev", port]);
