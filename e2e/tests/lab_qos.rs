@@ -1,0 +1,204 @@
+//! RFC 4594 DSCP on the wire: the reconciler marks a port's traffic with an OVN QoS row, and
+//! tcpdump sees it. `lowlatency` (AF23, DSCP 22) leaves as TOS 0x58 and `bulk` (AF13, DSCP
+//! 14) as TOS 0x38, both inside the receiving namespace and on the geneve underlay between
+//! the nodes (the lab sets `ovn-encap-tos=inherit`, so the outer header carries it too).
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::Ipv4Addr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use roam_e2e::{Lab, TestNetns, plug_netns, run, try_run, wait_until};
+use roam_network::ovsdb::Client;
+use roam_network::topology::{NodeSpec, OverlaySpec, PortSpec, Topology, plan_overlay, reconcile};
+
+const NET: &str = "e2e-qos";
+const GW: &str = "100.102.0.1";
+
+fn spec() -> OverlaySpec {
+    OverlaySpec {
+        name: NET.into(),
+        subnet: "100.102.0.0/16".parse().unwrap(),
+        gateway: GW.parse().unwrap(),
+        gateway_mac: "0a:00:00:e2:72:01".parse().unwrap(),
+        join_subnet: "169.254.79.0/24".parse().unwrap(),
+        fabric_ip: "169.254.79.1".parse().unwrap(),
+        fabric_mac: "0a:00:00:e2:72:fe".parse().unwrap(),
+        mtu: 1400,
+        dns: vec![],
+    }
+}
+
+fn nodes() -> Vec<NodeSpec> {
+    ["node-a", "node-b"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| NodeSpec {
+            name: (*n).into(),
+            join_ip: Ipv4Addr::new(169, 254, 79, 11 + i as u8),
+            join_mac: roam_dhcp_opts::MacAddr::new([0x0a, 0, 0, 0xe2, 0x72, 0x11 + i as u8]),
+        })
+        .collect()
+}
+
+fn port(i: u8, node: &str, class: &str) -> PortSpec {
+    PortSpec {
+        name: format!("q{i}"),
+        mac: roam_dhcp_opts::MacAddr::new([0x0a, 0x58, 100, 102, 1, i]),
+        ip: Ipv4Addr::new(100, 102, 1, i),
+        node: node.into(),
+        also_on: vec![],
+        dhcp: false,
+        marking: Some(class.parse().expect("a known service class")),
+    }
+}
+
+const OVS_PORTS: [(&str, &str); 2] = [("node-a", "e2eqos-a1"), ("node-b", "e2eqos-b2")];
+
+struct Cleanup {
+    lab: Lab,
+}
+
+impl Cleanup {
+    fn run(&self) {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let client = Client::connect(self.lab.nb()).await.expect("connect to NB");
+            reconcile(&client, NET, &Topology::default())
+                .await
+                .expect("remove the network's rows");
+        });
+        for (n, p) in OVS_PORTS {
+            let node = self.lab.node(n);
+            let _ = try_run(
+                "ovs-vsctl",
+                &[
+                    &format!("--db={}", node.ovs_db),
+                    "--if-exists",
+                    "del-port",
+                    "br-int",
+                    p,
+                ],
+            );
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        self.run();
+    }
+}
+
+/// tcpdump for `count` ICMP echo requests, listening before this returns.
+fn capture(netns: &str, dev: &str, count: usize) -> Child {
+    let mut child = Command::new("ip")
+        .args([
+            "netns", "exec", netns, "timeout", "30", "tcpdump", "-l", "-n", "-v", "-i", dev,
+        ])
+        .args([
+            "-c",
+            &count.to_string(),
+            "icmp[icmptype] == icmp-echo or (udp and port 6081)",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tcpdump");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while err.read_line(&mut line).unwrap_or(0) > 0 {
+        if line.contains("listening on") {
+            return child;
+        }
+        line.clear();
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("tcpdump did not start on {dev} in {netns}");
+}
+
+fn finish(mut child: Child) -> String {
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let _ = child.wait();
+    out
+}
+
+#[test]
+fn lowlatency_and_bulk_leave_with_their_dscp() {
+    let lab = Lab::get();
+    let cleanup = Cleanup { lab: lab.clone() };
+    cleanup.run();
+    let ports = [port(1, "node-a", "lowlatency"), port(2, "node-b", "bulk")];
+    let topology = plan_overlay(&spec(), &nodes(), &ports).expect("plan");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = Client::connect(lab.nb()).await.expect("connect to NB");
+        reconcile(&client, NET, &topology).await.expect("reconcile");
+    });
+    let qos = run(
+        "ovn-nbctl",
+        &[&format!("--db={}", lab.nb()), "qos-list", "e2e-qos-node-a"],
+    );
+    assert!(qos.contains("dscp=22"), "{qos}");
+
+    let a = TestNetns::new("qos-a");
+    let b = TestNetns::new("qos-b");
+    plug_netns(
+        &lab.node("node-a"),
+        &a,
+        OVS_PORTS[0].1,
+        "q1.node-a",
+        &ports[0].mac.to_string(),
+        "100.102.1.1",
+        GW,
+    );
+    plug_netns(
+        &lab.node("node-b"),
+        &b,
+        OVS_PORTS[1].1,
+        "q2.node-b",
+        &ports[1].mac.to_string(),
+        "100.102.1.2",
+        GW,
+    );
+    run(
+        "ovn-nbctl",
+        &[&format!("--db={}", lab.nb()), "--wait=hv", "sync"],
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "node-a's namespace to reach node-b's",
+        || a.ping_once("100.102.1.2").then_some(()),
+    );
+
+    // a -> b: lowlatency, seen inside b and as the outer header on the geneve underlay
+    let inner = capture(&b.name, OVS_PORTS[1].1, 2);
+    let outer = capture(&lab.node("node-a").netns, "gnv0", 2);
+    a.run("ping", &["-n", "-c", "2", "-W", "2", "100.102.1.2"]);
+    let (inner, outer) = (finish(inner), finish(outer));
+    assert!(
+        inner.contains("tos 0x58"),
+        "DSCP 22 inside node-b's namespace:\n{inner}"
+    );
+    assert!(
+        outer.contains("tos 0x58"),
+        "DSCP 22 on the geneve underlay (outer header):\n{outer}"
+    );
+
+    // b -> a: bulk
+    let inner = capture(&a.name, OVS_PORTS[0].1, 2);
+    b.run("ping", &["-n", "-c", "2", "-W", "2", "100.102.1.1"]);
+    let inner = finish(inner);
+    assert!(
+        inner.contains("tos 0x38"),
+        "DSCP 14 inside node-a's namespace:\n{inner}"
+    );
+    drop(cleanup);
+}
