@@ -19,9 +19,20 @@
 //! /32 route per address it hosts. The fabric router holds one /32 per address toward the
 //! hosting node's router. So route state is two routes per address, whatever the number of
 //! nodes; moving an address (the *route flip*) changes three routes, in one transaction.
+//!
+//! # The VLAN underlay
+//!
+//! ```text
+//!   workload ── ls <net>-vlan<tag> ── <net>-ln (localnet: network_name=<physnet>, tag)
+//!                                       └─ bridge of ovn-bridge-mappings ── ToR (gateway)
+//! ```
+//!
+//! [`plan_underlay`]: one switch per VLAN, its workloads addressed from the VLAN's subnet
+//! (DHCP with the subnet's mask, router = the VLAN's gateway).
 
 mod overlay;
 mod reconcile;
+mod underlay;
 
 pub use overlay::{
     LogicalRouter, LogicalSwitch, NodeSpec, OverlaySpec, PlanError, PortSpec, QosRule, RouteFlip,
@@ -32,3 +43,4 @@ pub use reconcile::{
     ActualState, OWNER_KEY, PORT_KEY, QOS_PRIORITY, ReconcileReport, TableCounts, apply, check,
     diff, read_actual, reconcile,
 };
+pub use underlay::{UnderlaySpec, dhcp_server_mac, localnet_port, plan_underlay, vlan_switch};

@@ -177,6 +177,40 @@ pub enum PlanError {
         /// Why.
         source: roam_dhcp_opts::Error,
     },
+    /// A VLAN tag outside 1..=4094.
+    #[error(
+        "network {network}: VLAN tag {tag} is not usable; 802.1Q tags are 1..=4094 \
+         (0 means untagged or priority-tagged, 4095 is reserved)"
+    )]
+    BadVlanTag {
+        /// Network.
+        network: String,
+        /// The tag.
+        tag: u16,
+    },
+    /// A physical network name that cannot appear in `ovn-bridge-mappings`.
+    #[error(
+        "network {network}: physical network name {physnet:?} is not usable; it must be \
+         non-empty, without ',' ':' or whitespace (ovn-bridge-mappings syntax)"
+    )]
+    BadPhysnet {
+        /// Network.
+        network: String,
+        /// The name.
+        physnet: String,
+    },
+    /// A port on a VLAN network asks for more than one node (a migration target): one VLAN
+    /// switch holds all ports, and two ports with one MAC on one switch are not realizable.
+    #[error(
+        "port {port}: a VLAN network port lives on one node; migration targets ({also_on:?}) \
+         are not supported on the underlay yet"
+    )]
+    UnderlayAlsoOn {
+        /// Port.
+        port: String,
+        /// The extra nodes.
+        also_on: Vec<String>,
+    },
 }
 
 /// A logical switch port.
@@ -206,6 +240,15 @@ pub enum SwitchPortKind {
     Router {
         /// The router port's name.
         router_port: String,
+    },
+    /// The switch's link to a physical network (`type=localnet`, `addresses=["unknown"]`):
+    /// ovn-controller patches it to the bridge `ovn-bridge-mappings` names for
+    /// `network_name`, tagging the traffic with `tag`.
+    Localnet {
+        /// `options:network_name`: the physical network.
+        network_name: String,
+        /// The VLAN tag (1..=4094), `None` for an untagged physical network.
+        tag: Option<u16>,
     },
 }
 

@@ -669,7 +669,7 @@ impl<'a> Differ<'a> {
         self.mutate_set("Logical_Switch", ls.uuid, "qos_rules", add, remove);
     }
 
-    /// The desired columns of a switch port (without `name` and `dhcpv4_options`).
+    /// The desired columns of a switch port (without `name`, `tag` and `dhcpv4_options`).
     fn lsp_columns(p: &SwitchPort) -> (String, BTreeSet<String>, BTreeSet<String>, StringMap) {
         match &p.kind {
             SwitchPortKind::Workload {
@@ -692,13 +692,27 @@ impl<'a> Differ<'a> {
                 BTreeSet::new(),
                 [("router-port".to_string(), router_port.clone())].into(),
             ),
+            SwitchPortKind::Localnet { network_name, .. } => (
+                "localnet".to_string(),
+                ["unknown".to_string()].into(),
+                BTreeSet::new(),
+                [("network_name".to_string(), network_name.clone())].into(),
+            ),
+        }
+    }
+
+    /// The desired `tag` column of a switch port (a localnet port's VLAN).
+    fn lsp_tag(p: &SwitchPort) -> Option<i64> {
+        match &p.kind {
+            SwitchPortKind::Localnet { tag, .. } => tag.map(i64::from),
+            SwitchPortKind::Workload { .. } | SwitchPortKind::Router { .. } => None,
         }
     }
 
     fn dhcp_of(p: &SwitchPort) -> Option<&DhcpOptionsRow> {
         match &p.kind {
             SwitchPortKind::Workload { dhcp, .. } => dhcp.as_ref(),
-            SwitchPortKind::Router { .. } => None,
+            SwitchPortKind::Router { .. } | SwitchPortKind::Localnet { .. } => None,
         }
     }
 
@@ -711,6 +725,9 @@ impl<'a> Differ<'a> {
         row.insert("addresses".into(), string_set(&addresses));
         row.insert("port_security".into(), string_set(&port_security));
         row.insert("options".into(), string_map_json(&options));
+        if let Some(tag) = Self::lsp_tag(p) {
+            row.insert("tag".into(), json!(tag));
+        }
         if let Some(d) = dhcp {
             row.insert("dhcpv4_options".into(), d.json());
         }
@@ -732,6 +749,13 @@ impl<'a> Differ<'a> {
         }
         if a.options != options {
             row.insert("options".into(), string_map_json(&options));
+        }
+        let tag = Self::lsp_tag(p);
+        if a.tag != tag {
+            row.insert(
+                "tag".into(),
+                tag.map_or_else(|| ops::set(vec![]), |t| json!(t)),
+            );
         }
         let current = a.dhcpv4_options.map(RowRef::Existing);
         if current != dhcp {

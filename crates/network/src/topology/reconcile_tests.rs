@@ -756,3 +756,211 @@ fn check_refuses_what_ovn_cannot_realize() {
         });
     assert!(invalid(ok(&wrong_out)).contains("ovl-node-0-rtr-gw"));
 }
+
+// ---- the VLAN underlay ----
+
+fn vlan_spec() -> crate::topology::UnderlaySpec {
+    crate::topology::UnderlaySpec {
+        name: NET.into(),
+        vlan: 116,
+        subnet: "192.0.2.0/24".parse().unwrap(),
+        gateway: "192.0.2.1".parse().unwrap(),
+        physnet: "physnet1".into(),
+        mtu: 1500,
+        dns: vec![],
+    }
+}
+
+fn vlan_port(i: u8, node: &str) -> PortSpec {
+    PortSpec {
+        name: format!("w{i}"),
+        mac: MacAddr::new([0x0a, 0x58, 0xc0, 0, 2, i]),
+        ip: Ipv4Addr::new(192, 0, 2, 10 + i),
+        node: node.into(),
+        also_on: vec![],
+        dhcp: i % 2 == 1,
+        marking: None,
+    }
+}
+
+fn vlan_plan(ports: &[PortSpec]) -> Topology {
+    let t = crate::topology::plan_underlay(&vlan_spec(), ports).unwrap();
+    check(&t, NET).expect("realizable");
+    t
+}
+
+#[test]
+fn a_vlan_network_lands_with_a_tagged_localnet_port() {
+    let t = vlan_plan(&[vlan_port(1, "node-0"), vlan_port(2, "node-1")]);
+    let ops = diff(&ActualState::default(), &t, NET);
+    assert!(ops.iter().all(|o| o["op"] == "insert"), "{ops:#?}");
+    let r = ReconcileReport::from_ops(&ops);
+    assert_eq!(r.table("Logical_Switch").inserted, 1);
+    assert_eq!(r.table("Logical_Switch_Port").inserted, 3);
+    assert_eq!(r.table("DHCP_Options").inserted, 1);
+    assert_eq!(r.totals().inserted, 5);
+    let ln_op = ops_on(&ops, "Logical_Switch_Port")
+        .into_iter()
+        .find(|o| o["row"]["name"] == "ovl-ln")
+        .unwrap();
+    assert_eq!(ln_op["row"]["tag"], json!(116));
+    // workload ports carry no tag column at all
+    assert!(
+        ops_on(&ops, "Logical_Switch_Port")
+            .iter()
+            .filter(|o| o["row"]["name"] != "ovl-ln")
+            .all(|o| o["row"].get("tag").is_none())
+    );
+
+    let db = applied(&t);
+    let s = db.state();
+    assert_eq!(s.switches.len(), 1);
+    assert_eq!(s.switches[0].name, "ovl-vlan116");
+    assert_eq!(s.switches[0].ports.len(), 3);
+    let ln = s.switch_ports.iter().find(|p| p.name == "ovl-ln").unwrap();
+    assert_eq!(ln.kind, "localnet");
+    assert_eq!(ln.addresses.iter().collect::<Vec<_>>(), ["unknown"]);
+    assert!(ln.port_security.is_empty());
+    assert_eq!(ln.options.len(), 1);
+    assert_eq!(ln.options["network_name"], "physnet1");
+    assert_eq!(ln.tag, Some(116));
+    assert_eq!(ln.dhcpv4_options, None);
+    assert_eq!(ln.external_ids[OWNER_KEY], NET);
+    let w1 = s
+        .switch_ports
+        .iter()
+        .find(|p| p.name == "w1.node-0")
+        .unwrap();
+    assert_eq!(w1.kind, "");
+    assert_eq!(w1.tag, None);
+    assert_eq!(
+        w1.addresses.iter().collect::<Vec<_>>(),
+        ["0a:58:c0:00:02:01 192.0.2.11"]
+    );
+    assert_eq!(w1.options["requested-chassis"], "node-0");
+    let dhcp = s
+        .dhcp_options
+        .iter()
+        .find(|d| Some(d.uuid) == w1.dhcpv4_options)
+        .unwrap();
+    assert_eq!(dhcp.cidr, "192.0.2.0/24");
+    assert_eq!(dhcp.options["router"], "192.0.2.1");
+    assert_eq!(dhcp.external_ids[PORT_KEY], "w1.node-0");
+    let w2 = s
+        .switch_ports
+        .iter()
+        .find(|p| p.name == "w2.node-1")
+        .unwrap();
+    assert_eq!(w2.dhcpv4_options, None);
+
+    // the same plan again: nothing
+    assert_eq!(diff(&s, &t, NET), Vec::<Value>::new());
+}
+
+#[test]
+fn a_drifted_localnet_port_is_repaired_column_by_column() {
+    let t = vlan_plan(&[vlan_port(1, "node-0")]);
+    let mut db = applied(&t);
+    let ln = uuid_of(&db, "Logical_Switch_Port", "name", "ovl-ln");
+    for drift in [Some(200), None] {
+        let mut s = db.state();
+        let row = s.switch_ports.iter_mut().find(|p| p.uuid == ln).unwrap();
+        row.tag = drift;
+        let ops = diff(&s, &t, NET);
+        assert_eq!(ops.len(), 1, "{ops:#?}");
+        assert_eq!(target(&ops[0]), ln);
+        assert_eq!(ops[0]["row"], json!({"tag": 116}), "tag {drift:?}");
+    }
+    // someone turned it into a plain port on another physnet: every column comes back
+    let mut s = db.state();
+    let row = s.switch_ports.iter_mut().find(|p| p.uuid == ln).unwrap();
+    row.kind = String::new();
+    row.addresses = Default::default();
+    row.options = [("network_name".to_string(), "other".to_string())].into();
+    let ops = diff(&s, &t, NET);
+    assert_eq!(ops.len(), 1, "{ops:#?}");
+    assert_eq!(
+        ops[0]["row"],
+        json!({
+            "type": "localnet",
+            "addresses": ["set", ["unknown"]],
+            "options": ["map", [["network_name", "physnet1"]]],
+        })
+    );
+
+    // a plan that drops the tag (an untagged physical network) clears the column
+    let mut untagged = t.clone();
+    let ls = untagged.switches.get_mut("ovl-vlan116").unwrap();
+    ls.ports.get_mut("ovl-ln").unwrap().kind = SwitchPortKind::Localnet {
+        network_name: "physnet1".into(),
+        tag: None,
+    };
+    let ops = diff(&db.state(), &untagged, NET);
+    assert_eq!(ops.len(), 1, "{ops:#?}");
+    assert_eq!(ops[0]["row"], json!({"tag": ["set", []]}));
+    db.apply(&ops);
+    assert_eq!(
+        db.state()
+            .switch_ports
+            .iter()
+            .find(|p| p.uuid == ln)
+            .unwrap()
+            .tag,
+        None
+    );
+    assert!(diff(&db.state(), &untagged, NET).is_empty());
+}
+
+#[test]
+fn moving_a_network_to_another_vlan_replaces_its_switch_in_one_go() {
+    let t = vlan_plan(&[vlan_port(1, "node-0")]);
+    let mut db = applied(&t);
+    let mut s2 = vlan_spec();
+    s2.vlan = 117;
+    let t2 = crate::topology::plan_underlay(&s2, &[vlan_port(1, "node-0")]).unwrap();
+    let ops = diff(&db.state(), &t2, NET);
+    let r = ReconcileReport::from_ops(&ops);
+    assert_eq!(
+        r.table("Logical_Switch"),
+        TableCounts {
+            inserted: 1,
+            updated: 0,
+            deleted: 1
+        }
+    );
+    assert_eq!(
+        r.table("Logical_Switch_Port"),
+        TableCounts {
+            inserted: 2,
+            updated: 0,
+            deleted: 2
+        }
+    );
+    // the DHCP row follows its port (same port name): kept, only its server MAC changes
+    assert_eq!(
+        r.table("DHCP_Options"),
+        TableCounts {
+            inserted: 0,
+            updated: 1,
+            deleted: 0
+        }
+    );
+    let dhcp = ops_on(&ops, "DHCP_Options");
+    assert!(
+        dhcp[0]["row"]["options"]
+            .to_string()
+            .contains("0a:00:00:d4:00:75")
+    );
+    db.apply(&ops);
+    let s = db.state();
+    assert_eq!(s.switches[0].name, "ovl-vlan117");
+    assert_eq!(
+        s.switch_ports
+            .iter()
+            .find(|p| p.name == "ovl-ln")
+            .unwrap()
+            .tag,
+        Some(117)
+    );
+    assert!(diff(&s, &t2, NET).is_empty());
+}
