@@ -235,6 +235,12 @@ impl TestNetns {
 
 impl Drop for TestNetns {
     fn drop(&mut self) {
+        // whatever a test left running in it (a DHCP client daemon, a pinger) goes with it
+        if let Ok(pids) = try_run("ip", &["netns", "pids", &self.name]) {
+            for pid in pids.split_whitespace() {
+                let _ = try_run("kill", &["-9", pid]);
+            }
+        }
         let _ = try_run("ip", &["netns", "del", &self.name]);
         let _ = std::fs::remove_dir_all(PathBuf::from("/etc/netns").join(&self.name));
     }
@@ -284,4 +290,105 @@ pub fn plug_netns(
     ns.run("ip", &["addr", "add", &format!("{ip}/32"), "dev", port]);
     ns.run("ip", &["route", "add", gw, "dev", port, "scope", "link"]);
     ns.run("ip", &["route", "add", "default", "via", gw, "dev", port]);
+}
+
+/// An overlay network for a lab test, on nodes node-a and node-b, disjoint from every other
+/// test's: subnet `100.<octet>.0.0/16` (gateway `.0.1`), transit `169.254.<octet>.0/24`
+/// (fabric `.1`, nodes `.11`/`.12`), MACs `0a:00:00:e2:<octet>:..`.
+pub fn overlay_fixture(
+    name: &str,
+    octet: u8,
+) -> (
+    roam_network::topology::OverlaySpec,
+    Vec<roam_network::topology::NodeSpec>,
+) {
+    use roam_dhcp_opts::MacAddr;
+    use std::net::Ipv4Addr;
+    let spec = roam_network::topology::OverlaySpec {
+        name: name.into(),
+        subnet: format!("100.{octet}.0.0/16").parse().expect("a /16"),
+        gateway: Ipv4Addr::new(100, octet, 0, 1),
+        gateway_mac: MacAddr::new([0x0a, 0, 0, 0xe2, octet, 0x01]),
+        join_subnet: format!("169.254.{octet}.0/24").parse().expect("a /24"),
+        fabric_ip: Ipv4Addr::new(169, 254, octet, 1),
+        fabric_mac: MacAddr::new([0x0a, 0, 0, 0xe2, octet, 0xfe]),
+        mtu: 1400,
+        dns: vec![],
+    };
+    let nodes = ["node-a", "node-b"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| roam_network::topology::NodeSpec {
+            name: (*n).into(),
+            join_ip: Ipv4Addr::new(169, 254, octet, 11 + i as u8),
+            join_mac: MacAddr::new([0x0a, 0, 0, 0xe2, octet, 0x11 + i as u8]),
+        })
+        .collect();
+    (spec, nodes)
+}
+
+/// Reconcile `topology` for `network` on the lab's NB database.
+pub fn reconcile_on_lab(
+    lab: &Lab,
+    network: &str,
+    topology: &roam_network::topology::Topology,
+) -> roam_network::topology::ReconcileReport {
+    let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    rt.block_on(async {
+        let client = roam_network::ovsdb::Client::connect(lab.nb())
+            .await
+            .expect("connect to the lab's NB");
+        roam_network::topology::reconcile(&client, network, topology)
+            .await
+            .unwrap_or_else(|e| panic!("reconcile {network}: {e}"))
+    })
+}
+
+/// A test's overlay network on the lab: removes the network's OVN rows (reconciling it to
+/// nothing) and the test's OVS ports when created (leftovers of a killed run) and when dropped
+/// (also after a failure midway).
+pub struct LabNetwork {
+    /// The lab.
+    pub lab: Lab,
+    /// The network's name.
+    pub network: String,
+    /// OVS ports the test plugs, as (node, port).
+    pub ovs_ports: Vec<(String, String)>,
+}
+
+impl LabNetwork {
+    /// Take charge of `network` and the OVS ports `(node, port)`, cleaning up leftovers first.
+    pub fn new(lab: &Lab, network: &str, ovs_ports: &[(&str, &str)]) -> LabNetwork {
+        let n = LabNetwork {
+            lab: lab.clone(),
+            network: network.into(),
+            ovs_ports: ovs_ports
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+        };
+        n.clean();
+        n
+    }
+
+    fn clean(&self) {
+        reconcile_on_lab(
+            &self.lab,
+            &self.network,
+            &roam_network::topology::Topology::default(),
+        );
+        for (node, port) in &self.ovs_ports {
+            let db = format!("--db={}", self.lab.node(node).ovs_db);
+            let _ = try_run(
+                "ovs-vsctl",
+                &[&db, "--if-exists", "del-port", "br-int", port],
+            );
+        }
+    }
+}
+
+impl Drop for LabNetwork {
+    fn drop(&mut self) {
+        self.clean();
+    }
 }

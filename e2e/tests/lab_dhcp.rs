@@ -10,38 +10,13 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use roam_e2e::{Lab, TestNetns, attach_netns, run, try_run, wait_until};
-use roam_network::ovsdb::Client;
-use roam_network::topology::{NodeSpec, OverlaySpec, PortSpec, Topology, plan_overlay, reconcile};
+use roam_e2e::{
+    Lab, LabNetwork, TestNetns, attach_netns, overlay_fixture, reconcile_on_lab, run, wait_until,
+};
+use roam_network::topology::{PortSpec, plan_overlay};
 
 const NET: &str = "e2e-dhcp";
 const GW: &str = "100.101.0.1";
-
-fn spec() -> OverlaySpec {
-    OverlaySpec {
-        name: NET.into(),
-        subnet: "100.101.0.0/16".parse().unwrap(),
-        gateway: GW.parse().unwrap(),
-        gateway_mac: "0a:00:00:e2:71:01".parse().unwrap(),
-        join_subnet: "169.254.78.0/24".parse().unwrap(),
-        fabric_ip: "169.254.78.1".parse().unwrap(),
-        fabric_mac: "0a:00:00:e2:71:fe".parse().unwrap(),
-        mtu: 1400,
-        dns: vec!["100.101.0.53".parse().unwrap()],
-    }
-}
-
-fn nodes() -> Vec<NodeSpec> {
-    ["node-a", "node-b"]
-        .iter()
-        .enumerate()
-        .map(|(i, n)| NodeSpec {
-            name: (*n).into(),
-            join_ip: Ipv4Addr::new(169, 254, 78, 11 + i as u8),
-            join_mac: roam_dhcp_opts::MacAddr::new([0x0a, 0, 0, 0xe2, 0x71, 0x11 + i as u8]),
-        })
-        .collect()
-}
 
 fn port(i: u8, node: &str) -> PortSpec {
     PortSpec {
@@ -52,44 +27,6 @@ fn port(i: u8, node: &str) -> PortSpec {
         also_on: vec![],
         dhcp: true,
         marking: None,
-    }
-}
-
-/// Removes the network's OVN rows (reconciling to nothing) and the OVS ports, also after a
-/// failure midway.
-struct Cleanup {
-    lab: Lab,
-}
-
-impl Cleanup {
-    fn run(&self) {
-        let nb = self.lab.nb().to_string();
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let client = Client::connect(&nb).await.expect("connect to NB");
-            reconcile(&client, NET, &Topology::default())
-                .await
-                .expect("remove the network's rows");
-        });
-        for (n, p) in [("node-a", "e2edhcp-a1"), ("node-b", "e2edhcp-b2")] {
-            let node = self.lab.node(n);
-            let _ = try_run(
-                "ovs-vsctl",
-                &[
-                    &format!("--db={}", node.ovs_db),
-                    "--if-exists",
-                    "del-port",
-                    "br-int",
-                    p,
-                ],
-            );
-        }
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        self.run();
     }
 }
 
@@ -119,15 +56,19 @@ fn assert_lease(ns: &TestNetns, dev: &str, ip: &str, client: &str) {
 #[test]
 fn udhcpc_and_dhclient_take_the_32_lease_and_reach_each_other() {
     let lab = Lab::get();
-    let cleanup = Cleanup { lab: lab.clone() };
-    cleanup.run();
+    let network = LabNetwork::new(
+        &lab,
+        NET,
+        &[("node-a", "e2edhcp-a1"), ("node-b", "e2edhcp-b2")],
+    );
+    let (mut spec, nodes) = overlay_fixture(NET, 101);
+    spec.dns = vec!["100.101.0.53".parse().unwrap()];
     let ports = [port(11, "node-a"), port(12, "node-b")];
-    let topology = plan_overlay(&spec(), &nodes(), &ports).expect("plan");
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let client = Client::connect(lab.nb()).await.expect("connect to NB");
-        reconcile(&client, NET, &topology).await.expect("reconcile");
-    });
+    reconcile_on_lab(
+        &lab,
+        NET,
+        &plan_overlay(&spec, &nodes, &ports).expect("plan"),
+    );
     run(
         "ovn-nbctl",
         &[&format!("--db={}", lab.nb()), "--wait=hv", "sync"],
@@ -224,11 +165,8 @@ fn udhcpc_and_dhclient_take_the_32_lease_and_reach_each_other() {
         "dhclient to get a lease from OVN",
         || dhclient(&["-1", "-v", "e2edhcp-b2"]).ok(),
     );
-    // stop the daemon it leaves running by its PID (`dhclient -x` would run the script's STOP,
-    // which flushes the address)
-    if let Ok(p) = std::fs::read_to_string(&pid) {
-        let _ = try_run("kill", &[p.trim()]);
-    }
+    // the dhclient daemon keeps running until the namespace is dropped, which kills it
+    // (`dhclient -x` would run the script's STOP, which flushes the address)
     assert_lease(&b, "e2edhcp-b2", "100.101.1.12", "dhclient");
     let lease = std::fs::read_to_string(&leases).unwrap();
     assert!(
@@ -250,5 +188,5 @@ fn udhcpc_and_dhclient_take_the_32_lease_and_reach_each_other() {
         || a.ping_once("100.101.1.12").then_some(()),
     );
     assert!(b.ping_once("100.101.1.11"), "and back");
-    drop(cleanup);
+    drop(network);
 }

@@ -8,38 +8,13 @@ use std::net::Ipv4Addr;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use roam_e2e::{Lab, TestNetns, plug_netns, run, try_run, wait_until};
-use roam_network::ovsdb::Client;
-use roam_network::topology::{NodeSpec, OverlaySpec, PortSpec, Topology, plan_overlay, reconcile};
+use roam_e2e::{
+    Lab, LabNetwork, TestNetns, overlay_fixture, plug_netns, reconcile_on_lab, run, wait_until,
+};
+use roam_network::topology::{PortSpec, plan_overlay};
 
 const NET: &str = "e2e-qos";
 const GW: &str = "100.102.0.1";
-
-fn spec() -> OverlaySpec {
-    OverlaySpec {
-        name: NET.into(),
-        subnet: "100.102.0.0/16".parse().unwrap(),
-        gateway: GW.parse().unwrap(),
-        gateway_mac: "0a:00:00:e2:72:01".parse().unwrap(),
-        join_subnet: "169.254.79.0/24".parse().unwrap(),
-        fabric_ip: "169.254.79.1".parse().unwrap(),
-        fabric_mac: "0a:00:00:e2:72:fe".parse().unwrap(),
-        mtu: 1400,
-        dns: vec![],
-    }
-}
-
-fn nodes() -> Vec<NodeSpec> {
-    ["node-a", "node-b"]
-        .iter()
-        .enumerate()
-        .map(|(i, n)| NodeSpec {
-            name: (*n).into(),
-            join_ip: Ipv4Addr::new(169, 254, 79, 11 + i as u8),
-            join_mac: roam_dhcp_opts::MacAddr::new([0x0a, 0, 0, 0xe2, 0x72, 0x11 + i as u8]),
-        })
-        .collect()
-}
 
 fn port(i: u8, node: &str, class: &str) -> PortSpec {
     PortSpec {
@@ -54,41 +29,6 @@ fn port(i: u8, node: &str, class: &str) -> PortSpec {
 }
 
 const OVS_PORTS: [(&str, &str); 2] = [("node-a", "e2eqos-a1"), ("node-b", "e2eqos-b2")];
-
-struct Cleanup {
-    lab: Lab,
-}
-
-impl Cleanup {
-    fn run(&self) {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let client = Client::connect(self.lab.nb()).await.expect("connect to NB");
-            reconcile(&client, NET, &Topology::default())
-                .await
-                .expect("remove the network's rows");
-        });
-        for (n, p) in OVS_PORTS {
-            let node = self.lab.node(n);
-            let _ = try_run(
-                "ovs-vsctl",
-                &[
-                    &format!("--db={}", node.ovs_db),
-                    "--if-exists",
-                    "del-port",
-                    "br-int",
-                    p,
-                ],
-            );
-        }
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        self.run();
-    }
-}
 
 /// tcpdump for `count` ICMP echo requests, listening before this returns.
 fn capture(netns: &str, dev: &str, count: usize) -> Child {
@@ -133,15 +73,14 @@ fn finish(mut child: Child) -> String {
 #[test]
 fn lowlatency_and_bulk_leave_with_their_dscp() {
     let lab = Lab::get();
-    let cleanup = Cleanup { lab: lab.clone() };
-    cleanup.run();
+    let network = LabNetwork::new(&lab, NET, &OVS_PORTS);
+    let (spec, nodes) = overlay_fixture(NET, 102);
     let ports = [port(1, "node-a", "lowlatency"), port(2, "node-b", "bulk")];
-    let topology = plan_overlay(&spec(), &nodes(), &ports).expect("plan");
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let client = Client::connect(lab.nb()).await.expect("connect to NB");
-        reconcile(&client, NET, &topology).await.expect("reconcile");
-    });
+    reconcile_on_lab(
+        &lab,
+        NET,
+        &plan_overlay(&spec, &nodes, &ports).expect("plan"),
+    );
     let qos = run(
         "ovn-nbctl",
         &[&format!("--db={}", lab.nb()), "qos-list", "e2e-qos-node-a"],
@@ -200,5 +139,5 @@ fn lowlatency_and_bulk_leave_with_their_dscp() {
         inner.contains("tos 0x38"),
         "DSCP 14 inside node-a's namespace:\n{inner}"
     );
-    drop(cleanup);
+    drop(network);
 }

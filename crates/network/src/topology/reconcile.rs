@@ -560,28 +560,16 @@ impl<'a> Differ<'a> {
     // ---- switches ----
 
     fn switches(&mut self, desired: &'a Topology) {
-        let actual: Vec<&nb::LogicalSwitch> = self.actual.switches.iter().collect();
-        let mut by_name: BTreeMap<&str, Vec<&nb::LogicalSwitch>> = BTreeMap::new();
-        for ls in actual {
-            by_name.entry(ls.name.as_str()).or_default().push(ls);
-        }
-        for (name, want) in &desired.switches {
-            let mut rows = by_name.remove(name.as_str()).unwrap_or_default();
-            let keep = if rows.is_empty() {
-                None
-            } else {
-                Some(rows.remove(0))
-            };
-            // duplicates of an owned switch: garbage
-            for dup in rows {
+        let (pairs, leftovers) =
+            match_by_name(&self.actual.switches, |ls| &ls.name, &desired.switches);
+        for (want, keep, duplicates) in pairs {
+            for dup in duplicates {
                 self.delete_switch(dup);
             }
             self.switch(keep, want);
         }
-        for rows in by_name.into_values() {
-            for ls in rows {
-                self.delete_switch(ls);
-            }
+        for ls in leftovers {
+            self.delete_switch(ls);
         }
     }
 
@@ -858,26 +846,16 @@ impl<'a> Differ<'a> {
     // ---- routers ----
 
     fn routers(&mut self, desired: &'a Topology) {
-        let mut by_name: BTreeMap<&str, Vec<&nb::LogicalRouter>> = BTreeMap::new();
-        for lr in &self.actual.routers {
-            by_name.entry(lr.name.as_str()).or_default().push(lr);
-        }
-        for (name, want) in &desired.routers {
-            let mut rows = by_name.remove(name.as_str()).unwrap_or_default();
-            let keep = if rows.is_empty() {
-                None
-            } else {
-                Some(rows.remove(0))
-            };
-            for dup in rows {
+        let (pairs, leftovers) =
+            match_by_name(&self.actual.routers, |lr| &lr.name, &desired.routers);
+        for (want, keep, duplicates) in pairs {
+            for dup in duplicates {
                 self.delete_router(dup);
             }
             self.router(keep, want);
         }
-        for rows in by_name.into_values() {
-            for lr in rows {
-                self.delete_router(lr);
-            }
+        for lr in leftovers {
+            self.delete_router(lr);
         }
     }
 
@@ -1031,6 +1009,35 @@ fn route_update(a: &nb::LogicalRouterStaticRoute, r: &StaticRoute) -> Map<String
         row.insert("route_table".into(), json!(""));
     }
     row
+}
+
+/// A desired object, the owned row kept for it (if any) and that row's duplicates.
+type Matched<'a, D, R> = (&'a D, Option<&'a R>, Vec<&'a R>);
+
+/// Pair each desired object with the owned row of the same name (the first one; further
+/// rows of that name are duplicates, garbage), and return the owned rows no desired object
+/// names (leftovers, garbage too).
+fn match_by_name<'a, D, R>(
+    actual: &'a [R],
+    name_of: impl Fn(&'a R) -> &'a String,
+    desired: &'a BTreeMap<String, D>,
+) -> (Vec<Matched<'a, D, R>>, Vec<&'a R>) {
+    let mut by_name: BTreeMap<&str, Vec<&'a R>> = BTreeMap::new();
+    for row in actual {
+        by_name.entry(name_of(row).as_str()).or_default().push(row);
+    }
+    let pairs = desired
+        .iter()
+        .map(|(name, want)| {
+            let mut rows = by_name
+                .remove(name.as_str())
+                .unwrap_or_default()
+                .into_iter();
+            let keep = rows.next();
+            (want, keep, rows.collect())
+        })
+        .collect();
+    (pairs, by_name.into_values().flatten().collect())
 }
 
 #[cfg(test)]
