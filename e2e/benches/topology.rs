@@ -6,7 +6,8 @@
 //!    flows installed on both chassis (`ovn-nbctl --wait=hv sync`), and their ratio (target
 //!    roam ≤ 1.2× ovn-nbctl).
 //! 2. Route flips: one address moved between node-a and node-b, 100 times (`ROAM_BENCH_FLIPS`):
-//!    NB commit and flows on both chassis, p50/p99.
+//!    NB commit and flows on both chassis, p50/p99 — through the full reconcile, and through
+//!    the fast flip (`flip_route`) that a switchover uses.
 //!
 //! Figures are printed; nothing is asserted (the machine is shared and noisy; compare ratios
 //! within one run).
@@ -16,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use roam_e2e::{Lab, run};
 use roam_network::ovsdb::Client;
-use roam_network::topology::{NodeSpec, OverlaySpec, PortSpec, Topology, plan_overlay, reconcile};
+use roam_network::topology::{
+    NodeSpec, OverlaySpec, PortSpec, Topology, flip_route, plan_overlay, reconcile,
+};
 
 fn spec(name: &str, second_octet: u8) -> OverlaySpec {
     OverlaySpec {
@@ -273,18 +276,45 @@ fn main() {
         sync_hv(&lab);
         flows.push(t0.elapsed());
     }
-    commits.sort();
-    flows.sort();
-    println!("\n== route flip of one address among {n}, {flips} flips");
-    println!("{:<24}{:>10}{:>10}", "", "p50 (ms)", "p99 (ms)");
-    for (what, v) in [("NB commit", &commits), ("flows on both chassis", &flows)] {
+    // 3. the same flips through the fast path (the address is on node-b after an even count)
+    let ns110 = nodes(110);
+    let (mut fast_commits, mut fast_flows) = (vec![], vec![]);
+    let mut on_a = moving[0].node == "node-a";
+    for _ in 0..flips {
+        let (from, to) = if on_a {
+            (&ns110[0], &ns110[1])
+        } else {
+            (&ns110[1], &ns110[0])
+        };
+        let t0 = Instant::now();
+        rt.block_on(flip_route(&client, roam_net, moving[0].ip, from, to))
+            .expect("fast flip");
+        fast_commits.push(t0.elapsed());
+        sync_hv(&lab);
+        fast_flows.push(t0.elapsed());
+        on_a = !on_a;
+    }
+    for v in [&mut commits, &mut flows, &mut fast_commits, &mut fast_flows] {
+        v.sort();
+    }
+    println!("\n== route flip of one address among {n}, {flips} flips each");
+    println!("{:<40}{:>10}{:>10}", "", "p50 (ms)", "p99 (ms)");
+    for (what, v) in [
+        ("full reconcile: NB commit", &commits),
+        ("full reconcile: flows on both chassis", &flows),
+        ("fast flip: NB commit", &fast_commits),
+        ("fast flip: flows on both chassis", &fast_flows),
+    ] {
         println!(
-            "{:<24}{:>10.1}{:>10.1}",
+            "{:<40}{:>10.1}{:>10.1}",
             what,
             secs(percentile(v, 0.5)) * 1000.0,
             secs(percentile(v, 0.99)) * 1000.0
         );
     }
+    println!(
+        "(flows on both chassis = NB commit + `ovn-nbctl --wait=hv sync`, whose own process start is included)"
+    );
 
     clean(roam_net);
     clean(nbctl_net);

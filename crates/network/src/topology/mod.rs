@@ -30,14 +30,16 @@
 //! [`plan_underlay`]: one switch per VLAN, its workloads addressed from the VLAN's subnet
 //! (DHCP with the subnet's mask, router = the VLAN's gateway).
 
+mod flip;
 mod overlay;
 mod reconcile;
 mod underlay;
 
+pub use flip::{Flip, flip_route};
 pub use overlay::{
     LogicalRouter, LogicalSwitch, NodeSpec, OverlaySpec, PlanError, PortSpec, QosRule, RouteFlip,
-    RouterPort, RouterRoute, StaticRoute, SwitchPort, SwitchPortKind, Topology, plan_overlay,
-    route_flip,
+    RouterPort, RouterRoute, StaticRoute, SwitchPort, SwitchPortKind, Topology, gateway_port_name,
+    node_router_name, plan_overlay, route_flip,
 };
 pub use reconcile::{
     ActualState, OWNER_KEY, PORT_KEY, QOS_PRIORITY, ReconcileReport, TableCounts, apply, check,

@@ -333,6 +333,17 @@ fn node_switch(net: &str, node: &str) -> String {
 fn node_router(net: &str, node: &str) -> String {
     format!("{net}-{node}-rtr")
 }
+
+/// The name of `node`'s router in overlay `net`.
+pub fn node_router_name(net: &str, node: &str) -> String {
+    node_router(net, node)
+}
+
+/// The name of the anycast-gateway port of `node`'s router in overlay `net`: the output port
+/// of the node's local /32 routes.
+pub fn gateway_port_name(net: &str, node: &str) -> String {
+    format!("{}-gw", node_router(net, node))
+}
 fn workload_port(port: &str, node: &str) -> String {
     format!("{port}.{node}")
 }

@@ -1,0 +1,160 @@
+//! The fast route flip on the lab's real OVN: an address moves from node-b to node-a with one
+//! small transaction, traffic follows it, a second flip is a no-op, the plan with the address
+//! on node-a then reconciles to nothing (the fast path and the planner agree), and a flip of an
+//! address the network does not route changes nothing.
+
+use std::time::{Duration, Instant};
+
+use roam_e2e::{
+    Lab, LabNetwork, TestNetns, overlay_fixture, plug_netns, reconcile_on_lab, wait_until,
+};
+use roam_network::Error;
+use roam_network::ovsdb::Client;
+use roam_network::topology::{Flip, PortSpec, flip_route, plan_overlay};
+
+const NET: &str = "e2e-flip";
+const OCTET: u8 = 103;
+
+fn port(i: u8, node: &str, also_on: &[&str]) -> PortSpec {
+    PortSpec {
+        name: format!("f{i}"),
+        mac: roam_dhcp_opts::MacAddr::new([0x0a, 0x58, 100, OCTET, 1, i]),
+        ip: std::net::Ipv4Addr::new(100, OCTET, 1, i),
+        node: node.into(),
+        also_on: also_on.iter().map(|s| s.to_string()).collect(),
+        dhcp: false,
+        marking: None,
+    }
+}
+
+#[test]
+fn a_fast_flip_moves_the_route_and_agrees_with_the_plan() {
+    let lab = Lab::get();
+    let ovs_ports = [
+        ("node-a", "e2eflip-a1"),
+        ("node-b", "e2eflip-b2"),
+        ("node-a", "e2eflip-a2"),
+    ];
+    let network = LabNetwork::new(&lab, NET, &ovs_ports);
+    let (spec, nodes) = overlay_fixture(NET, OCTET);
+    let gw = spec.gateway.to_string();
+    // f2 lives on node-b; its migration target port on node-a exists already
+    let before = [port(1, "node-a", &[]), port(2, "node-b", &["node-a"])];
+    reconcile_on_lab(
+        &lab,
+        NET,
+        &plan_overlay(&spec, &nodes, &before).expect("plan"),
+    );
+
+    let probe = TestNetns::new("flip-probe");
+    plug_netns(
+        &lab.node("node-a"),
+        &probe,
+        ovs_ports[0].1,
+        "f1.node-a",
+        &before[0].mac.to_string(),
+        "100.103.1.1",
+        &gw,
+    );
+    let old = TestNetns::new("flip-old");
+    plug_netns(
+        &lab.node("node-b"),
+        &old,
+        ovs_ports[1].1,
+        "f2.node-b",
+        &before[1].mac.to_string(),
+        "100.103.1.2",
+        &gw,
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "the probe to reach f2 on node-b",
+        || probe.ping_once("100.103.1.2").then_some(()),
+    );
+
+    // the workload moves: gone from node-b, up on node-a's target port
+    drop(old);
+    let new = TestNetns::new("flip-new");
+    plug_netns(
+        &lab.node("node-a"),
+        &new,
+        ovs_ports[2].1,
+        "f2.node-a",
+        &before[1].mac.to_string(),
+        "100.103.1.2",
+        &gw,
+    );
+    assert!(
+        !probe.ping_once("100.103.1.2"),
+        "before the flip the route still points at node-b"
+    );
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = rt
+        .block_on(Client::connect(lab.nb()))
+        .expect("connect to NB");
+    let t0 = Instant::now();
+    let flip = rt
+        .block_on(flip_route(&client, NET, before[1].ip, &nodes[1], &nodes[0]))
+        .expect("flip");
+    println!(
+        "fast flip committed in {:.1} ms",
+        t0.elapsed().as_secs_f64() * 1000.0
+    );
+    assert_eq!(flip, Flip::Moved);
+    wait_until(
+        Duration::from_secs(60),
+        "traffic to follow the flip to node-a",
+        || probe.ping_once("100.103.1.2").then_some(()),
+    );
+
+    // idempotent, and consistent with the planner
+    let again = rt
+        .block_on(flip_route(&client, NET, before[1].ip, &nodes[1], &nodes[0]))
+        .expect("flip again");
+    assert_eq!(again, Flip::AlreadyThere);
+    let after = [port(1, "node-a", &[]), port(2, "node-a", &["node-b"])];
+    let report = reconcile_on_lab(
+        &lab,
+        NET,
+        &plan_overlay(&spec, &nodes, &after).expect("plan"),
+    );
+    assert!(
+        report.is_empty(),
+        "the plan with f2 on node-a needs no change after the flip: {report}"
+    );
+
+    // an address the network does not route: an error, and nothing changes
+    let report_before = reconcile_on_lab(&lab, NET, &plan_overlay(&spec, &nodes, &after).unwrap());
+    assert!(report_before.is_empty());
+    let err = rt
+        .block_on(flip_route(
+            &client,
+            NET,
+            "100.103.9.9".parse().unwrap(),
+            &nodes[0],
+            &nodes[1],
+        ))
+        .expect_err("no such route");
+    assert!(matches!(err, Error::InvalidTopology { .. }), "{err}");
+    // moving an address "from" a node it is not on is refused (f1 lives on node-a)
+    let mut elsewhere = nodes[1].clone();
+    elsewhere.name = "node-c".into();
+    elsewhere.join_ip = std::net::Ipv4Addr::new(169, 254, OCTET, 13);
+    let err = rt
+        .block_on(flip_route(
+            &client,
+            NET,
+            before[0].ip,
+            &elsewhere,
+            &nodes[1],
+        ))
+        .expect_err("f1 is not on node-c");
+    assert!(err.to_string().contains("refusing"), "{err}");
+    let report = reconcile_on_lab(&lab, NET, &plan_overlay(&spec, &nodes, &after).unwrap());
+    assert!(
+        report.is_empty(),
+        "the refused flips changed nothing: {report}"
+    );
+    drop(network);
+}
