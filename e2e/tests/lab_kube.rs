@@ -1,10 +1,9 @@
 //! The lab's Kubernetes is real: a kube-rs client creates a CRD, an object of it, and sees
-//! the object arrive through a watch; the lab's Node objects exist.
+//! the object arrive through a watch. (The lab's Nodes are checked in lab_nodes.rs.)
 
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
@@ -84,22 +83,4 @@ async fn crd_object_is_seen_through_a_watch() {
         .delete(&name, &DeleteParams::default())
         .await
         .expect("delete object");
-}
-
-#[tokio::test]
-async fn lab_nodes_are_registered() {
-    let lab = Lab::get();
-    let nodes: Api<Node> = Api::all(lab.kube_client().await);
-    for n in ["node-a", "node-b"] {
-        let node = nodes
-            .get(n)
-            .await
-            .unwrap_or_else(|e| panic!("Node {n}: {e}"));
-        assert_eq!(
-            node.labels()
-                .get("kubernetes.io/hostname")
-                .map(String::as_str),
-            Some(n)
-        );
-    }
 }

@@ -86,13 +86,11 @@ async fn both_nodes_are_ready_real_kubelets() {
             .find(|c| c.type_ == "Ready")
             .expect("Ready");
         assert_eq!(ready.status, "True", "{n}: {ready:?}");
+        let labels = node.metadata.labels.unwrap_or_default();
+        assert_eq!(labels.get("roam.dev/lab").map(String::as_str), Some("true"));
         assert_eq!(
-            node.metadata
-                .labels
-                .unwrap_or_default()
-                .get("roam.dev/lab")
-                .map(String::as_str),
-            Some("true")
+            labels.get("kubernetes.io/hostname").map(String::as_str),
+            Some(n)
         );
     }
 }

@@ -397,24 +397,50 @@ fn validate(spec: &OverlaySpec, nodes: &[NodeSpec], ports: &[PortSpec]) -> Resul
             });
         }
     }
+    check_ports(ports, &spec.subnet, spec.gateway, spec.gateway_mac)?;
+    for p in ports {
+        for node in std::iter::once(&p.node).chain(&p.also_on) {
+            if !names.contains(node.as_str()) {
+                return Err(PlanError::UnknownNode {
+                    port: p.name.clone(),
+                    node: node.clone(),
+                    network: net,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The checks every planner makes on its workload ports: unique names, an IP that is a host
+/// address of `subnet` and not the `gateway`, a unicast non-zero MAC that is not
+/// `reserved_mac` (the gateway's or the DHCP server's), no IP or MAC used twice.
+pub(super) fn check_ports(
+    ports: &[PortSpec],
+    subnet: &Ipv4Net,
+    gateway: Ipv4Addr,
+    reserved_mac: MacAddr,
+) -> Result<(), PlanError> {
+    let host =
+        |ip: Ipv4Addr| subnet.contains(&ip) && ip != subnet.network() && ip != subnet.broadcast();
     let mut by_ip: BTreeMap<Ipv4Addr, &str> = BTreeMap::new();
     let mut by_mac: BTreeMap<MacAddr, &str> = BTreeMap::new();
-    let mut port_names = BTreeSet::new();
+    let mut names = BTreeSet::new();
     for p in ports {
-        if !port_names.insert(p.name.as_str()) {
+        if !names.insert(p.name.as_str()) {
             return Err(PlanError::DuplicatePort {
                 port: p.name.clone(),
             });
         }
-        if !hosts(&spec.subnet, p.ip) || p.ip == spec.gateway {
+        if !host(p.ip) || p.ip == gateway {
             return Err(PlanError::IpOutsideSubnet {
                 port: p.name.clone(),
                 ip: p.ip,
-                subnet: spec.subnet,
-                gateway: spec.gateway,
+                subnet: *subnet,
+                gateway,
             });
         }
-        if p.mac.is_multicast() || p.mac.is_zero() || p.mac == spec.gateway_mac {
+        if p.mac.is_multicast() || p.mac.is_zero() || p.mac == reserved_mac {
             return Err(PlanError::BadMac {
                 port: p.name.clone(),
                 mac: p.mac,
@@ -433,15 +459,6 @@ fn validate(spec: &OverlaySpec, nodes: &[NodeSpec], ports: &[PortSpec]) -> Resul
                 second: p.name.clone(),
                 mac: p.mac,
             });
-        }
-        for node in std::iter::once(&p.node).chain(&p.also_on) {
-            if !names.contains(node.as_str()) {
-                return Err(PlanError::UnknownNode {
-                    port: p.name.clone(),
-                    node: node.clone(),
-                    network: net,
-                });
-            }
         }
     }
     Ok(())

@@ -13,13 +13,12 @@
 //! the DHCP row's `cidr` is the subnet (OVN hands out the subnet's mask from it), `router`
 //! is the VLAN's gateway, and there are no classless static routes.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 use roam_dhcp_opts::{DhcpOptionsRow, Ipv4Net, Lease, MacAddr};
 
 use super::overlay::{
-    LogicalSwitch, PlanError, PortSpec, QosRule, SwitchPort, SwitchPortKind, Topology,
+    LogicalSwitch, PlanError, PortSpec, QosRule, SwitchPort, SwitchPortKind, Topology, check_ports,
 };
 
 /// One VLAN network, as the `Network` object describes it.
@@ -96,43 +95,8 @@ fn validate(spec: &UnderlaySpec, ports: &[PortSpec]) -> Result<(), PlanError> {
         });
     }
     let server_mac = dhcp_server_mac(spec.vlan);
-    let mut names = BTreeSet::new();
-    let mut by_ip: BTreeMap<Ipv4Addr, &str> = BTreeMap::new();
-    let mut by_mac: BTreeMap<MacAddr, &str> = BTreeMap::new();
+    check_ports(ports, &subnet, spec.gateway, server_mac)?;
     for p in ports {
-        if !names.insert(p.name.as_str()) {
-            return Err(PlanError::DuplicatePort {
-                port: p.name.clone(),
-            });
-        }
-        if !host(p.ip) || p.ip == spec.gateway {
-            return Err(PlanError::IpOutsideSubnet {
-                port: p.name.clone(),
-                ip: p.ip,
-                subnet,
-                gateway: spec.gateway,
-            });
-        }
-        if p.mac.is_multicast() || p.mac.is_zero() || p.mac == server_mac {
-            return Err(PlanError::BadMac {
-                port: p.name.clone(),
-                mac: p.mac,
-            });
-        }
-        if let Some(first) = by_ip.insert(p.ip, &p.name) {
-            return Err(PlanError::DuplicateIp {
-                first: first.to_string(),
-                second: p.name.clone(),
-                ip: p.ip,
-            });
-        }
-        if let Some(first) = by_mac.insert(p.mac, &p.name) {
-            return Err(PlanError::DuplicateMac {
-                first: first.to_string(),
-                second: p.name.clone(),
-                mac: p.mac,
-            });
-        }
         let extra: Vec<String> = p
             .also_on
             .iter()
