@@ -39,7 +39,7 @@ pub use flip::{Flip, flip_route};
 pub use overlay::{
     LogicalRouter, LogicalSwitch, NodeSpec, OverlaySpec, PlanError, PortSpec, QosRule, RouteFlip,
     RouterPort, RouterRoute, StaticRoute, SwitchPort, SwitchPortKind, Topology, gateway_port_name,
-    node_router_name, plan_overlay, route_flip,
+    node_router_name, plan_overlay, route_flip, workload_port,
 };
 pub use reconcile::{
     ActualState, OWNER_KEY, PORT_KEY, QOS_PRIORITY, ReconcileReport, TableCounts, apply, check,

@@ -344,7 +344,9 @@ pub fn node_router_name(net: &str, node: &str) -> String {
 pub fn gateway_port_name(net: &str, node: &str) -> String {
     format!("{}-gw", node_router(net, node))
 }
-fn workload_port(port: &str, node: &str) -> String {
+/// The OVN logical switch port of workload port `port` on `node`: `<port>.<node>` (the
+/// OVS interface's `external_ids:iface-id` on that node).
+pub fn workload_port(port: &str, node: &str) -> String {
     format!("{port}.{node}")
 }
 
