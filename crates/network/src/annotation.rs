@@ -233,10 +233,10 @@ pub fn parse_interfaces(json: &str) -> Result<Vec<InterfaceRequest>> {
             }
             _ => {}
         }
-        if r.interface.dhcp && r.interface.ip.is_some() {
+        if let (true, Some(ip)) = (r.interface.dhcp, r.interface.ip) {
             return bad(
                 "interface.ip",
-                r.interface.ip.unwrap().to_string(),
+                ip.to_string(),
                 "a DHCP interface cannot also ask for a static IP; set \"dhcp\": \"false\"",
             );
         }
