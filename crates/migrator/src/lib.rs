@@ -3,4 +3,5 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod cli;
 pub mod migration;
