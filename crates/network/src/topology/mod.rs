@@ -30,19 +30,26 @@
 //! [`plan_underlay`]: one switch per VLAN, its workloads addressed from the VLAN's subnet
 //! (DHCP with the subnet's mask, router = the VLAN's gateway).
 
+mod egress;
 mod flip;
+mod mgmt;
 mod overlay;
 mod reconcile;
 mod underlay;
 
+pub use egress::{EgressSpec, egress_router_name};
 pub use flip::{Flip, flip_route};
+pub use mgmt::{HostRoute, MgmtConfig, MgmtPort, mgmt_config, mgmt_port_name};
 pub use overlay::{
-    LogicalRouter, LogicalSwitch, NodeSpec, OverlaySpec, PlanError, PortSpec, QosRule, RouteFlip,
-    RouterPort, RouterRoute, StaticRoute, SwitchPort, SwitchPortKind, Topology, gateway_port_name,
-    node_router_name, plan_overlay, route_flip,
+    LogicalRouter, LogicalSwitch, NodeSpec, OverlayExtras, OverlaySpec, PlanError, PortSpec,
+    QosRule, RouteFlip, RouterPort, RouterRoute, SnatRule, StaticRoute, SwitchPort, SwitchPortKind,
+    Topology, gateway_port_name, node_router_name, overlay_port_name, plan_overlay,
+    plan_overlay_with, route_flip,
 };
 pub use reconcile::{
     ActualState, OWNER_KEY, PORT_KEY, QOS_PRIORITY, ReconcileReport, TableCounts, apply, check,
     diff, read_actual, reconcile,
 };
-pub use underlay::{UnderlaySpec, dhcp_server_mac, localnet_port, plan_underlay, vlan_switch};
+pub use underlay::{
+    UnderlaySpec, dhcp_server_mac, localnet_port, plan_underlay, vlan_port_name, vlan_switch,
+};
