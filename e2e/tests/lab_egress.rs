@@ -139,12 +139,21 @@ fn overlay_egress_is_snatted_to_the_routers_vlan_address() {
     let chassis = nbctl(&lab, &["get", "Logical_Router", &gr, "options:chassis"]);
     assert_eq!(chassis.trim().trim_matches('"'), "node-b");
     let routes = nbctl(&lab, &["lr-route-list", &gr]);
-    assert!(routes.contains("0.0.0.0/0") && routes.contains(TOR_IP), "{routes}");
+    assert!(
+        routes.contains("0.0.0.0/0") && routes.contains(TOR_IP),
+        "{routes}"
+    );
 
     // a foreign NAT row on our router (no owner key) survives a reconcile
     nbctl(
         &lab,
-        &["lr-nat-add", &gr, "snat", "198.51.100.77", "100.120.200.0/24"],
+        &[
+            "lr-nat-add",
+            &gr,
+            "snat",
+            "198.51.100.77",
+            "100.120.200.0/24",
+        ],
     );
     assert!(reconcile_on_lab(&lab, NET, &t).is_empty());
     assert!(nbctl(&lab, &["lr-nat-list", &gr]).contains("198.51.100.77"));
@@ -190,7 +199,10 @@ fn overlay_egress_is_snatted_to_the_routers_vlan_address() {
         try_run("ip", &["-n", &b.netns, "link", "show", TOR]).ok()
     });
     let tor = TestNetns::new("h4egr-tor");
-    run("ip", &["-n", &b.netns, "link", "set", TOR, "netns", &tor.name]);
+    run(
+        "ip",
+        &["-n", &b.netns, "link", "set", TOR, "netns", &tor.name],
+    );
     tor.run("ip", &["addr", "add", &format!("{TOR_IP}/24"), "dev", TOR]);
     tor.run("ip", &["link", "set", TOR, "up"]);
     // the ToR has no route to the overlay: only SNATed traffic can be answered
@@ -249,7 +261,9 @@ fn overlay_egress_is_snatted_to_the_routers_vlan_address() {
 
     // --- bad input: a plan error, NB unchanged ---
     let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let nb = rt.block_on(Client::connect(lab.nb())).expect("connect to NB");
+    let nb = rt
+        .block_on(Client::connect(lab.nb()))
+        .expect("connect to NB");
     nbctl(&lab, &["--wait=sb", "sync"]);
     let before = rt.block_on(read_actual(&nb, NET)).expect("read owned rows");
     for tag in [0u16, 4095] {
