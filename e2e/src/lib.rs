@@ -522,3 +522,11 @@ impl Drop for BridgeMapping {
         let _ = try_run("ovs-vsctl", &[&db, "--if-exists", "del-br", &self.bridge]);
     }
 }
+
+/// An `ovn-trace` microflow: an ICMP echo request entering through logical port `inport`.
+pub fn icmp_microflow(inport: &str, eth_src: &str, eth_dst: &str, src: &str, dst: &str) -> String {
+    format!(
+        "inport==\"{inport}\" && eth.src=={eth_src} && eth.dst=={eth_dst} && ip4.src=={src} && \
+         ip4.dst=={dst} && ip.ttl==64 && icmp4.type==8 && icmp4.code==0"
+    )
+}
