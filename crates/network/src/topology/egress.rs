@@ -10,25 +10,7 @@
 //!   ls <net>-vlan<tag> ── <net>-ln (localnet: network_name=<physnet>, tag) ── ToR (gateway)
 //! ```
 //!
-//! # Gateway router, not a distributed gateway port
-//!
-//! OVN performs SNAT only where connection tracking for the external side is centralized: on
-//! a *gateway router* (`Logical_Router.options:chassis`) or on a router's *distributed gateway
-//! port* (a port with `Gateway_Chassis` rows or an `HA_Chassis_Group`). roam uses a gateway
-//! router:
-//! - the router is a leaf of the overlay (only the fabric routes to it), so pinning the whole
-//!   router to one chassis costs nothing a distributed gateway port would save — with a DGP
-//!   the egress traffic is redirected to the gateway chassis just the same;
-//! - it is one column (`options:chassis`) on a row roam already owns, reconciled like every
-//!   other column; a DGP adds `Gateway_Chassis` / `HA_Chassis_Group` rows (more tables to own,
-//!   diff and garbage-collect) for what it buys: fail-over between several gateway chassis;
-//! - it is the shape ovn-kubernetes uses for the same job (per-node `GR_<node>` joined to the
-//!   cluster router through a join switch, SNAT on the GR), so OVN's behaviour here is well
-//!   trodden.
-//!
-//! The price is that egress stops while the gateway chassis is down until the plan names
-//! another one (a reconcile moves it: one column). Moving to an HA chassis group is the way to
-//! fail-over without a reconcile, when needed.
+//! Why a gateway router and not a distributed gateway port: see [`EgressSpec`].
 //!
 //! The VLAN switch is the overlay's own (`<net>-vlan<tag>`, owned by the overlay network):
 //! an underlay network on the same VLAN has its own switch, and the two meet on the wire.
@@ -46,6 +28,26 @@ use super::underlay::{check_physnet, check_vlan_tag, localnet_port, vlan_switch}
 
 /// Egress of an overlay to a VLAN: where the VLAN is, the router's addresses on it and on the
 /// transit network, and the chassis that runs the router.
+///
+/// # Gateway router, not a distributed gateway port
+///
+/// OVN performs SNAT only where connection tracking for the external side is centralized: on
+/// a *gateway router* (`Logical_Router.options:chassis`) or on a router's *distributed gateway
+/// port* (a port with `Gateway_Chassis` rows or an `HA_Chassis_Group`). roam uses a gateway
+/// router:
+/// - the router is a leaf of the overlay (only the fabric routes to it), so pinning the whole
+///   router to one chassis costs nothing a distributed gateway port would save — with a DGP
+///   the egress traffic is redirected to the gateway chassis just the same;
+/// - it is one column (`options:chassis`) on a row roam already owns, reconciled like every
+///   other column; a DGP adds `Gateway_Chassis` / `HA_Chassis_Group` rows (more tables to own,
+///   diff and garbage-collect) for what it buys: fail-over between several gateway chassis;
+/// - it is the shape ovn-kubernetes uses for the same job (per-node `GR_<node>` joined to the
+///   cluster router through a join switch, SNAT on the GR), so OVN's behaviour here is well
+///   trodden.
+///
+/// The price is that egress stops while the gateway chassis is down until the plan names
+/// another one (a reconcile moves it: one column). Moving to an HA chassis group is the way to
+/// fail-over without a reconcile, when needed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EgressSpec {
     /// The 802.1Q tag, 1..=4094.

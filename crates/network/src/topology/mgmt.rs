@@ -264,7 +264,7 @@ mod tests {
             dhcp: false,
             marking: None,
         };
-        let err = plan(vec![m("node-0", "100.64.1.1", 1)], &[w.clone()]).unwrap_err();
+        let err = plan(vec![m("node-0", "100.64.1.1", 1)], std::slice::from_ref(&w)).unwrap_err();
         assert_eq!(
             err,
             PlanError::DuplicateIp {

@@ -28,7 +28,20 @@
 //! ```
 //!
 //! [`plan_underlay`]: one switch per VLAN, its workloads addressed from the VLAN's subnet
-//! (DHCP with the subnet's mask, router = the VLAN's gateway).
+//! (DHCP with the subnet's mask, router = the VLAN's gateway). A VLAN port that migrates is
+//! one port bound on two chassis (`requested-chassis=<node>,<target>`,
+//! `activation-strategy=rarp`), named [`vlan_port_name`] on every node.
+//!
+//! # Egress and management ports
+//!
+//! [`plan_overlay_with`] adds to the overlay what [`OverlayExtras`] asks for:
+//! - egress to a VLAN ([`EgressSpec`]): a gateway router `<net>-vlan<tag>-rtr` on the transit
+//!   network and on the overlay's own VLAN switch, with `snat <subnet> → <router's VLAN
+//!   address>`; default routes node router → fabric → that router → the VLAN's gateway (why
+//!   a gateway router and not a distributed gateway port: see [`EgressSpec`]);
+//! - a management port per node ([`MgmtPort`], seed 000's `ovrl116-mgmt`): routed like a
+//!   workload, so the node's host stack reaches every workload; [`mgmt_config`] is what the
+//!   node configures on its side.
 
 mod egress;
 mod flip;

@@ -20,8 +20,9 @@
 //! # Identity
 //!
 //! Rows are matched by name (switches, routers, their ports), by `match` within a switch
-//! (QoS), by `ip_prefix` within a router (static routes) and by the port they serve
-//! (DHCP options). A matched row whose columns differ is updated in place (only the
+//! (QoS), by `ip_prefix` within a router (static routes), by `type` and `logical_ip` within a
+//! router (NAT) and by the port they serve (DHCP options). A router's `options` are written
+//! only when the plan names some (a gateway router's `chassis`). A matched row whose columns differ is updated in place (only the
 //! differing columns are written), so a route flip is an update of the fabric route's
 //! `nexthop`, a delete of the old node's local route and an insert of the new one. Owned rows
 //! that are no longer wanted are deleted and, when they are children, removed from their
