@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use roam_dhcp_opts::MacAddr;
 use roam_e2e::{
-    Lab, LabNetwork, Node, TestNetns, overlay_fixture, plug_netns, reconcile_on_lab, run, try_run,
-    vsctl, wait_until,
+    Lab, LabNetwork, Node, TestNetns, icmp_microflow, overlay_fixture, ovn_trace, plug_netns,
+    reconcile_on_lab, run, trace_outputs, try_run, vsctl, wait_until,
 };
 use roam_network::topology::{
     MgmtConfig, MgmtPort, OverlayExtras, PortSpec, mgmt_config, plan_overlay, plan_overlay_with,
@@ -166,6 +166,29 @@ fn the_node_reaches_workloads_on_both_nodes_through_its_management_port() {
     let r = reconcile_on_lab(&lab, NET, &t);
     println!("with management ports: {r}");
     assert!(reconcile_on_lab(&lab, NET, &t).is_empty(), "idempotent");
+    // ovn-trace: from node-a's management port, w2 is reached through the fabric and
+    // node-b's router; w1 directly through node-a's router
+    for (dst, last, via_fabric) in [
+        ("100.121.1.2", "h4m2.node-b", true),
+        ("100.121.1.1", "h4m1.node-a", false),
+    ] {
+        let flow = icmp_microflow(
+            &c.iface_id,
+            &c.mac.to_string(),
+            &spec.gateway_mac.to_string(),
+            &c.address.addr().to_string(),
+            dst,
+        );
+        let trace = ovn_trace(&lab, &format!("{NET}-node-a"), &flow, &[]);
+        let outs = trace_outputs(&trace);
+        println!("mgmt -> {dst}: {outs:?}");
+        assert_eq!(outs.last().map(String::as_str), Some(last), "{trace}");
+        assert_eq!(
+            outs.contains(&format!("{NET}-fabric-join")),
+            via_fabric,
+            "{outs:?}"
+        );
+    }
     wait_until(WAIT, "node-a to reach w1 on node-a", || {
         node_pings(&a, "100.121.1.1").then_some(())
     });
