@@ -696,6 +696,8 @@ fn a_migrating_vlan_port_is_bound_on_both_chassis_and_the_target_carries_traffic
             .then_some(())
         },
     );
+    // both chassis have installed the port's flows
+    nbctl(lab, &["--wait=hv", "sync"]);
     // the source still works; the target is blocked until the VM announces itself there
     assert!(src.ping_once(mc::TOR_IP) || src.ping_once(mc::TOR_IP));
     // the source pauses (the VM's final copy): its interface goes down
