@@ -392,3 +392,141 @@ impl Drop for LabNetwork {
         self.clean();
     }
 }
+
+/// `ovn-trace` of `microflow` entering logical datapath `datapath` (a switch or router
+/// name), against the lab's southbound database, after `ovn-nbctl --wait=sb sync` (so the
+/// logical flows of everything committed so far are there). `args` go before the datapath
+/// (e.g. `--minimal`, `--ct=new`). Returns the trace's output (panics if ovn-trace fails).
+pub fn ovn_trace(lab: &Lab, datapath: &str, microflow: &str, args: &[&str]) -> String {
+    nbctl(lab, &["--wait=sb", "sync"]);
+    let db = format!("--db={}", lab.var("OVN_SB_DB"));
+    let mut all = vec![db.as_str()];
+    all.extend_from_slice(args);
+    all.push(datapath);
+    all.push(microflow);
+    let trace = run("ovn-trace", &all);
+    // ovn-trace reports a bad microflow on stdout and exits 0
+    if trace.starts_with("error") || trace.contains("error parsing flow") {
+        panic!("ovn-trace {datapath} {microflow:?}: {trace}");
+    }
+    trace
+}
+
+/// The logical ports an `ovn-trace` output sends the packet out of (its `output("P")`
+/// actions that reach a port: `output;` alone is not one), in order. Accepts both the
+/// detailed form (`output("P")` / `/* output to "P" */`) and the `--minimal` form.
+pub fn trace_outputs(trace: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for marker in ["output(\"", "output to \""] {
+        let mut rest = trace;
+        while let Some(i) = rest.find(marker) {
+            rest = &rest[i + marker.len()..];
+            if let Some(end) = rest.find('"') {
+                let port = rest[..end].to_string();
+                if !out.contains(&port) {
+                    out.push(port);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The physical network mapping `physnet:bridge` added to a node's
+/// `external_ids:ovn-bridge-mappings` (keeping every other entry), removed again on drop.
+/// The read-modify-write of that one string is serialized across test processes with
+/// `flock` on a file in the lab directory, so parallel tests mapping different physical
+/// networks never lose each other's entries. The bridge is deleted on drop too.
+pub struct BridgeMapping {
+    node: Node,
+    lock: PathBuf,
+    entry: String,
+    bridge: String,
+}
+
+impl BridgeMapping {
+    /// Create `bridge` (userspace datapath) on `node` if missing and map `physnet` to it.
+    pub fn add(lab: &Lab, node: &Node, physnet: &str, bridge: &str) -> BridgeMapping {
+        vsctl(
+            node,
+            &[
+                "--may-exist",
+                "add-br",
+                bridge,
+                "--",
+                "set",
+                "bridge",
+                bridge,
+                "datapath_type=netdev",
+            ],
+        );
+        let m = BridgeMapping {
+            node: node.clone(),
+            lock: lab.dir().join("bridge-mappings.lock"),
+            entry: format!("{physnet}:{bridge}"),
+            bridge: bridge.to_string(),
+        };
+        m.edit(true);
+        m
+    }
+
+    /// Rewrite the mapping list without any entry for this physical network, plus ours if
+    /// `add`.
+    fn edit(&self, add: bool) {
+        let physnet = self.entry.split(':').next().unwrap_or_default();
+        let script = format!(
+            "set -e; db='--db={db}'; \
+             cur=$(ovs-vsctl $db --if-exists get open . external_ids:ovn-bridge-mappings | tr -d '\"'); \
+             new=$(echo \"$cur\" | tr ',' '\\n' | grep -v '^{physnet}:' | grep -v '^$' | paste -sd, -); \
+             if [ {add} = 1 ]; then new=\"${{new:+$new,}}{entry}\"; fi; \
+             if [ -n \"$new\" ]; then ovs-vsctl $db set open . external_ids:ovn-bridge-mappings=\"\\\"$new\\\"\"; \
+             else ovs-vsctl $db remove open . external_ids ovn-bridge-mappings; fi",
+            db = self.node.ovs_db,
+            add = u8::from(add),
+            entry = self.entry,
+        );
+        let lock = self.lock.to_string_lossy().into_owned();
+        let res = try_run("flock", &[&lock, "sh", "-c", &script]);
+        if add {
+            res.unwrap_or_else(|e| panic!("map {} on {}: {e}", self.entry, self.node.name));
+        } else if let Err(e) = res {
+            eprintln!("unmap {} on {}: {e}", self.entry, self.node.name);
+        }
+    }
+
+    /// The node's current mapping list.
+    pub fn current(node: &Node) -> String {
+        let db = format!("--db={}", node.ovs_db);
+        try_run(
+            "ovs-vsctl",
+            &[
+                &db,
+                "--if-exists",
+                "get",
+                "open",
+                ".",
+                "external_ids:ovn-bridge-mappings",
+            ],
+        )
+        .unwrap_or_default()
+        .trim()
+        .trim_matches('"')
+        .to_string()
+    }
+}
+
+impl Drop for BridgeMapping {
+    fn drop(&mut self) {
+        self.edit(false);
+        let db = format!("--db={}", self.node.ovs_db);
+        let _ = try_run("ovs-vsctl", &[&db, "--if-exists", "del-br", &self.bridge]);
+    }
+}
+
+/// An `ovn-trace` microflow: an ICMP echo request entering through logical port `inport`.
+pub fn icmp_microflow(inport: &str, eth_src: &str, eth_dst: &str, src: &str, dst: &str) -> String {
+    format!(
+        "inport==\"{inport}\" && eth.src=={eth_src} && eth.dst=={eth_dst} && ip4.src=={src} && \
+         ip4.dst=={dst} && ip.ttl==64 && icmp4.type==8 && icmp4.code==0"
+    )
+}

@@ -6,7 +6,8 @@
 use std::time::{Duration, Instant};
 
 use roam_e2e::{
-    Lab, LabNetwork, TestNetns, overlay_fixture, plug_netns, reconcile_on_lab, wait_until,
+    Lab, LabNetwork, TestNetns, icmp_microflow, overlay_fixture, ovn_trace, plug_netns,
+    reconcile_on_lab, trace_outputs, wait_until,
 };
 use roam_network::Error;
 use roam_network::ovsdb::Client;
@@ -89,6 +90,24 @@ fn a_fast_flip_moves_the_route_and_agrees_with_the_plan() {
         "before the flip the route still points at node-b"
     );
 
+    // ovn-trace before the flip: the probe's packet to f2 ends at f2's port on node-b
+    let to_f2 = icmp_microflow(
+        "f1.node-a",
+        &before[0].mac.to_string(),
+        &spec.gateway_mac.to_string(),
+        "100.103.1.1",
+        "100.103.1.2",
+    );
+    let trace = ovn_trace(&lab, &format!("{NET}-node-a"), &to_f2, &[]);
+    let outs = trace_outputs(&trace);
+    println!("before the flip: {outs:?}");
+    assert_eq!(
+        outs.last().map(String::as_str),
+        Some("f2.node-b"),
+        "{trace}"
+    );
+    assert!(outs.contains(&format!("{NET}-fabric-join")), "{outs:?}");
+
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = rt
         .block_on(Client::connect(lab.nb()))
@@ -102,6 +121,17 @@ fn a_fast_flip_moves_the_route_and_agrees_with_the_plan() {
         t0.elapsed().as_secs_f64() * 1000.0
     );
     assert_eq!(flip, Flip::Moved);
+    // ovn-trace after the flip: node-a's router delivers locally to f2.node-a, no fabric
+    let trace = ovn_trace(&lab, &format!("{NET}-node-a"), &to_f2, &[]);
+    let outs = trace_outputs(&trace);
+    println!("after the flip: {outs:?}");
+    assert_eq!(
+        outs.last().map(String::as_str),
+        Some("f2.node-a"),
+        "{trace}"
+    );
+    assert!(!outs.iter().any(|o| o.contains("fabric")), "{outs:?}");
+    assert!(!outs.iter().any(|o| o == "f2.node-b"), "{outs:?}");
     wait_until(
         Duration::from_secs(60),
         "traffic to follow the flip to node-a",

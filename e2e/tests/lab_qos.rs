@@ -9,7 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use roam_e2e::{
-    Lab, LabNetwork, TestNetns, overlay_fixture, plug_netns, reconcile_on_lab, run, wait_until,
+    Lab, LabNetwork, TestNetns, icmp_microflow, overlay_fixture, ovn_trace, plug_netns,
+    reconcile_on_lab, run, wait_until,
 };
 use roam_network::topology::{PortSpec, plan_overlay};
 
@@ -86,6 +87,25 @@ fn lowlatency_and_bulk_leave_with_their_dscp() {
         &[&format!("--db={}", lab.nb()), "qos-list", "e2e-qos-node-a"],
     );
     assert!(qos.contains("dscp=22"), "{qos}");
+    // ovn-trace: the switch's QoS stage sets the port's DSCP
+    for (i, (p, dscp)) in [(&ports[0], 22), (&ports[1], 14)].into_iter().enumerate() {
+        let node = &p.node;
+        let other = &ports[1 - i];
+        let flow = icmp_microflow(
+            &format!("{}.{node}", p.name),
+            &p.mac.to_string(),
+            &spec.gateway_mac.to_string(),
+            &p.ip.to_string(),
+            &other.ip.to_string(),
+        );
+        let trace = ovn_trace(&lab, &format!("{NET}-{node}"), &flow, &[]);
+        let mark = trace
+            .lines()
+            .find(|l| l.contains("ip.dscp ="))
+            .unwrap_or_else(|| panic!("no DSCP marking in ovn-trace:\n{trace}"));
+        assert_eq!(mark.trim(), format!("ip.dscp = {dscp};"), "{trace}");
+        assert!(trace.contains("ls_in_qos_mark"), "{trace}");
+    }
 
     let a = TestNetns::new("qos-a");
     let b = TestNetns::new("qos-b");

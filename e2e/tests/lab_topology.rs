@@ -14,7 +14,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use roam_dhcp_opts::MacAddr;
-use roam_e2e::{Lab, Node, TestNetns, nbctl, plug_netns, try_run, vsctl, wait_until};
+use roam_e2e::{
+    Lab, Node, TestNetns, icmp_microflow, nbctl, ovn_trace, plug_netns, trace_outputs, try_run,
+    vsctl, wait_until,
+};
 use roam_network::Error;
 use roam_network::ovsdb::{Client, Uuid, ops};
 use roam_network::topology::{
@@ -347,6 +350,49 @@ fn reconciles_an_overlay_pings_across_geneve_and_flips_a_route() {
             .any(|l| l.contains("100.100.1.12") && l.contains("e2e-topo-node-b-rtr-gw")),
         "{node_b}"
     );
+    // --- ovn-trace: p1 on node-a to p2 on node-b leaves node-a's router for the fabric,
+    // which hands it to node-b's router, out to p2.node-b ---
+    let gw_mac = spec().gateway_mac.to_string();
+    let to_p2 = icmp_microflow("p1.node-a", &mac(1), &gw_mac, &ip(1), &ip(2));
+    let trace = ovn_trace(&env.lab, "e2e-topo-node-a", &to_p2, &[]);
+    let outs = trace_outputs(&trace);
+    println!("p1 -> p2 outputs: {outs:?}");
+    let pos = |p: &str| {
+        outs.iter()
+            .position(|o| o == p)
+            .unwrap_or_else(|| panic!("{p} not in the trace's outputs {outs:?}:\n{trace}"))
+    };
+    assert!(pos("e2e-topo-node-a-rtr-join") < pos("e2e-topo-fabric-join"));
+    assert!(pos("e2e-topo-fabric-join") < pos("e2e-topo-node-b-rtr-gw"));
+    assert_eq!(
+        outs.last().map(String::as_str),
+        Some("p2.node-b"),
+        "{trace}"
+    );
+    assert!(!outs.iter().any(|o| o.starts_with("p1.")), "{outs:?}");
+
+    // --- ovn-trace: port security drops a spoofed source IP or MAC at the first stage ---
+    for (what, flow) in [
+        (
+            "a spoofed source IP",
+            icmp_microflow("p1.node-a", &mac(1), &gw_mac, "100.100.1.99", &ip(2)),
+        ),
+        (
+            "a spoofed source MAC",
+            icmp_microflow("p1.node-a", "0a:58:de:ad:be:ef", &gw_mac, &ip(1), &ip(2)),
+        ),
+    ] {
+        let trace = ovn_trace(&env.lab, "e2e-topo-node-a", &flow, &[]);
+        assert!(
+            trace_outputs(&trace).is_empty(),
+            "{what} must not get anywhere:\n{trace}"
+        );
+        assert!(
+            trace.contains("port_sec") && trace.contains("drop;"),
+            "{what} is dropped by port security:\n{trace}"
+        );
+    }
+
     let lsp = "p1.node-a";
     let addr = format!("{} {}", mac(1), ip(1));
     assert_eq!(column(&env, "Logical_Switch_Port", lsp, "addresses"), addr);

@@ -15,7 +15,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use roam_dhcp_opts::MacAddr;
-use roam_e2e::{Lab, Node, TestNetns, attach_netns, nbctl, run, try_run, vsctl, wait_until};
+use roam_e2e::{
+    BridgeMapping, Lab, TestNetns, attach_netns, nbctl, ovn_trace, run, trace_outputs, try_run,
+    vsctl, wait_until,
+};
 use roam_network::ovsdb::Client;
 use roam_network::topology::{
     OWNER_KEY, PlanError, PortSpec, Topology, UnderlaySpec, check, plan_underlay, read_actual,
@@ -53,7 +56,7 @@ fn spec() -> UnderlaySpec {
 
 fn workload() -> PortSpec {
     PortSpec {
-        name: "w1".into(),
+        name: "e2e-vlan-w1".into(),
         mac: MacAddr::new([0x0a, 0x58, 0xc0, 0x00, 0x02, 0x0a]),
         ip: WORKLOAD_IP.parse().unwrap(),
         node: "node-a".into(),
@@ -66,7 +69,7 @@ fn workload() -> PortSpec {
 /// A second workload, addressed by OVN's DHCP.
 fn dhcp_workload() -> PortSpec {
     PortSpec {
-        name: "w2".into(),
+        name: "e2e-vlan-w2".into(),
         mac: MacAddr::new([0x0a, 0x58, 0xc0, 0x00, 0x02, 0x0b]),
         ip: DHCP_IP.parse().unwrap(),
         node: "node-a".into(),
@@ -80,14 +83,13 @@ fn owned() -> String {
     format!("external_ids:\"{OWNER_KEY}\"={NET}")
 }
 
-/// The network's OVN rows and every bridge, mapping, port, veth and namespace the test
-/// makes; removed first (a killed run's leftovers) and when dropped (also after a failure).
+/// The network's OVN rows and every port, veth and namespace the test makes; removed first
+/// (a killed run's leftovers) and when dropped (also after a failure). The bridges and their
+/// `ovn-bridge-mappings` entries are [`BridgeMapping`] guards of the test.
 struct Env {
     lab: Lab,
     nb: Client,
     rt: tokio::runtime::Runtime,
-    /// `ovn-bridge-mappings` of node-a and node-b before the test (restored on drop).
-    mappings: Vec<(Node, Option<String>)>,
 }
 
 impl Env {
@@ -97,20 +99,7 @@ impl Env {
         let nb = rt
             .block_on(Client::connect(lab.nb()))
             .expect("connect to NB");
-        let mappings = ["node-a", "node-b"]
-            .iter()
-            .map(|n| {
-                let node = lab.node(n);
-                let m = bridge_mappings(&node).map(|m| without_physnet(&m));
-                (node, m.filter(|m| !m.is_empty()))
-            })
-            .collect();
-        let env = Env {
-            lab,
-            nb,
-            rt,
-            mappings,
-        };
+        let env = Env { lab, nb, rt };
         env.cleanup();
         env
     }
@@ -122,40 +111,8 @@ impl Env {
         self.rt.block_on(reconcile(&self.nb, NET, t))
     }
 
-    /// node's bridge for the physical network, mapped in `ovn-bridge-mappings` (keeping any
-    /// other mapping).
-    fn map_physnet(&self, node: &Node, before: &Option<String>) {
-        vsctl(
-            node,
-            &[
-                "--may-exist",
-                "add-br",
-                BRIDGE,
-                "--",
-                "set",
-                "bridge",
-                BRIDGE,
-                "datapath_type=netdev",
-            ],
-        );
-        let ours = format!("{PHYSNET}:{BRIDGE}");
-        let all = match before {
-            Some(m) => format!("{m},{ours}"),
-            None => ours,
-        };
-        vsctl(
-            node,
-            &[
-                "set",
-                "open",
-                ".",
-                &format!("external_ids:ovn-bridge-mappings=\"{all}\""),
-            ],
-        );
-    }
-
     fn cleanup(&self) {
-        for (node, before) in &self.mappings {
+        for node in [self.lab.node("node-a"), self.lab.node("node-b")] {
             let db = format!("--db={}", node.ovs_db);
             if node.name == "node-b" {
                 let _ = try_run("ovs-vsctl", &[&db, "--if-exists", "del-port", BRIDGE, TOR]);
@@ -169,30 +126,6 @@ impl Env {
                 // deleting one end of the pair deletes both
                 let _ = try_run("ip", &["-n", &node.netns, "link", "del", WIRE.0]);
             }
-            let _ = match before {
-                Some(m) => try_run(
-                    "ovs-vsctl",
-                    &[
-                        &db,
-                        "set",
-                        "open",
-                        ".",
-                        &format!("external_ids:ovn-bridge-mappings=\"{m}\""),
-                    ],
-                ),
-                None => try_run(
-                    "ovs-vsctl",
-                    &[
-                        &db,
-                        "remove",
-                        "open",
-                        ".",
-                        "external_ids",
-                        "ovn-bridge-mappings",
-                    ],
-                ),
-            };
-            let _ = try_run("ovs-vsctl", &[&db, "--if-exists", "del-br", BRIDGE]);
         }
         if let Err(e) = self.reconcile(&Topology::default()) {
             eprintln!("cleanup: reconcile to an empty plan failed: {e}");
@@ -215,32 +148,6 @@ impl Drop for Env {
     fn drop(&mut self) {
         self.cleanup();
     }
-}
-
-fn bridge_mappings(node: &Node) -> Option<String> {
-    let db = format!("--db={}", node.ovs_db);
-    try_run(
-        "ovs-vsctl",
-        &[
-            &db,
-            "--if-exists",
-            "get",
-            "open",
-            ".",
-            "external_ids:ovn-bridge-mappings",
-        ],
-    )
-    .ok()
-    .map(|s| s.trim().trim_matches('"').to_string())
-    .filter(|s| !s.is_empty())
-}
-
-/// A mapping string without this test's physical network (a killed run's leftover).
-fn without_physnet(m: &str) -> String {
-    m.split(',')
-        .filter(|e| !e.starts_with(&format!("{PHYSNET}:")))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// Run `tcpdump -e` on `iface` in `netns` (at most 5 frames, at most 10 s) while `traffic`
@@ -319,9 +226,10 @@ fn a_vlan_network_reaches_the_tor_with_tag_116_on_the_wire() {
     assert_eq!(ls.trim(), "e2e-vlan-vlan116");
 
     // --- the physical side: bridges + mappings, the wire, the ToR ---
-    for (node, before) in &env.mappings {
-        env.map_physnet(node, before);
-    }
+    let _mappings = [
+        BridgeMapping::add(&env.lab, &a, PHYSNET, BRIDGE),
+        BridgeMapping::add(&env.lab, &b, PHYSNET, BRIDGE),
+    ];
     run(
         "ip",
         &[
@@ -361,7 +269,7 @@ fn a_vlan_network_reaches_the_tor_with_tag_116_on_the_wire() {
 
     // --- the workload: a static address of the VLAN's subnet, gateway on-link ---
     let w = TestNetns::new("vlan-w1");
-    attach_netns(&a, &w, WORKLOAD, "w1.node-a", &workload().mac.to_string());
+    attach_netns(&a, &w, WORKLOAD, "e2e-vlan-w1", &workload().mac.to_string());
     w.run(
         "ip",
         &["addr", "add", &format!("{WORKLOAD_IP}/24"), "dev", WORKLOAD],
@@ -382,6 +290,22 @@ fn a_vlan_network_reaches_the_tor_with_tag_116_on_the_wire() {
     wait_until(WAIT, "the workload to reach the ToR", || {
         w.ping_once(GW).then_some(())
     });
+
+    // --- ovn-trace: the workload's packet to the ToR leaves through the localnet port ---
+    let tor_mac = tor.run("cat", &[&format!("/sys/class/net/{TOR}/address")]);
+    let flow = format!(
+        "inport==\"e2e-vlan-w1\" && eth.src=={} && eth.dst=={} && ip4.src=={WORKLOAD_IP} && \
+         ip4.dst=={GW} && ip.ttl==64 && icmp4.type==8",
+        workload().mac,
+        tor_mac.trim()
+    );
+    let trace = ovn_trace(&env.lab, "e2e-vlan-vlan116", &flow, &[]);
+    assert_eq!(
+        trace_outputs(&trace),
+        ["e2e-vlan-ln"],
+        "out the localnet port only:\n{trace}"
+    );
+    assert!(trace.contains("type \"localnet\""), "{trace}");
 
     // --- on the wire, the frames carry tag 116 (the filter matches tagged and untagged) ---
     let wire = capture(&a.netns, WIRE.0, "icmp or (vlan and icmp)", || {
@@ -424,7 +348,7 @@ fn a_vlan_network_reaches_the_tor_with_tag_116_on_the_wire() {
         &a,
         &w2,
         DHCP_WORKLOAD,
-        "w2.node-a",
+        "e2e-vlan-w2",
         &dhcp_workload().mac.to_string(),
     );
     let script = std::env::temp_dir().join("roam-e2e-vlan-udhcpc.sh");
@@ -514,5 +438,318 @@ fn a_vlan_network_reaches_the_tor_with_tag_116_on_the_wire() {
     assert!(w.ping_once(GW) || w.ping_once(GW));
 
     drop(w);
+    drop(tor);
+}
+
+// ---- a migrating VM on a VLAN: one port bound on two chassis (multi-chassis) ----
+
+/// Network `h4mc`: VLAN 301, 203.0.113.0/24 (ToR .1), physical network `h4vlan301` on
+/// bridges `br-h4mc` joined by the veth pair `h4mc-a`/`h4mc-b`, ToR port `h4mc-tor` on
+/// node-b's bridge; the VM's port `h4mc-vm` has an interface on node-a (`h4mc-src`) and on
+/// node-b (`h4mc-dst`), both with the VM's MAC and IP.
+mod mc {
+    pub const NET: &str = "h4mc";
+    pub const VLAN: u16 = 301;
+    pub const PHYSNET: &str = "h4vlan301";
+    pub const BRIDGE: &str = "br-h4mc";
+    pub const WIRE: (&str, &str) = ("h4mc-a", "h4mc-b");
+    pub const TOR: &str = "h4mc-tor";
+    pub const TOR_IP: &str = "203.0.113.1";
+    pub const VM_IP: &str = "203.0.113.10";
+    pub const VM_MAC: &str = "0a:58:cb:00:71:0a";
+    pub const LSP: &str = "h4mc-vm";
+    pub const SRC: &str = "h4mc-src";
+    pub const DST: &str = "h4mc-dst";
+}
+
+fn mc_spec() -> UnderlaySpec {
+    UnderlaySpec {
+        name: mc::NET.into(),
+        vlan: mc::VLAN,
+        subnet: "203.0.113.0/24".parse().unwrap(),
+        gateway: mc::TOR_IP.parse().unwrap(),
+        physnet: mc::PHYSNET.into(),
+        mtu: 1500,
+        dns: vec![],
+    }
+}
+
+fn mc_vm(node: &str, also_on: &[&str]) -> PortSpec {
+    PortSpec {
+        name: mc::LSP.into(),
+        mac: mc::VM_MAC.parse().unwrap(),
+        ip: mc::VM_IP.parse().unwrap(),
+        node: node.into(),
+        also_on: also_on.iter().map(|s| s.to_string()).collect(),
+        dhcp: false,
+        marking: None,
+    }
+}
+
+/// What the multi-chassis test creates besides the bridges: its OVN rows, the ToR port, the
+/// wire, the VM's two interfaces. Removed first and on drop.
+struct McEnv {
+    lab: Lab,
+    nb: Client,
+    rt: tokio::runtime::Runtime,
+}
+
+impl McEnv {
+    fn new() -> McEnv {
+        let lab = Lab::get();
+        let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
+        let nb = rt
+            .block_on(Client::connect(lab.nb()))
+            .expect("connect to NB");
+        let env = McEnv { lab, nb, rt };
+        env.cleanup();
+        env
+    }
+
+    fn reconcile(&self, t: &Topology) -> roam_network::topology::ReconcileReport {
+        self.rt
+            .block_on(reconcile(&self.nb, mc::NET, t))
+            .expect("reconcile h4mc")
+    }
+
+    fn cleanup(&self) {
+        let (a, b) = (self.lab.node("node-a"), self.lab.node("node-b"));
+        let (da, db) = (format!("--db={}", a.ovs_db), format!("--db={}", b.ovs_db));
+        let _ = try_run(
+            "ovs-vsctl",
+            &[&db, "--if-exists", "del-port", mc::BRIDGE, mc::TOR],
+        );
+        let _ = try_run(
+            "ovs-vsctl",
+            &[&da, "--if-exists", "del-port", "br-int", mc::SRC],
+        );
+        let _ = try_run(
+            "ovs-vsctl",
+            &[&db, "--if-exists", "del-port", "br-int", mc::DST],
+        );
+        let _ = try_run("ip", &["-n", &a.netns, "link", "del", mc::WIRE.0]);
+        let _ = try_run("ip", &["-n", &b.netns, "link", "del", mc::WIRE.1]);
+        if let Err(e) = self
+            .rt
+            .block_on(reconcile(&self.nb, mc::NET, &Topology::default()))
+        {
+            eprintln!("cleanup: reconcile h4mc to an empty plan failed: {e}");
+        }
+    }
+}
+
+impl Drop for McEnv {
+    fn drop(&mut self) {
+        self.cleanup();
+    }
+}
+
+/// `ovn-sbctl` against the lab's southbound database.
+fn sbctl(lab: &Lab, args: &[&str]) -> String {
+    let db = format!("--db={}", lab.var("OVN_SB_DB"));
+    let mut all = vec![db.as_str(), "--timeout=30"];
+    all.extend_from_slice(args);
+    run("ovn-sbctl", &all)
+}
+
+/// The chassis names in a Port_Binding column of `lsp` (`chassis`, `additional_chassis`).
+fn bound_on(lab: &Lab, lsp: &str, column: &str) -> Vec<String> {
+    let uuids = sbctl(
+        lab,
+        &[
+            "--bare",
+            &format!("--columns={column}"),
+            "find",
+            "Port_Binding",
+            &format!("logical_port={lsp}"),
+        ],
+    );
+    let mut names: Vec<String> = uuids
+        .split_whitespace()
+        .map(|u| {
+            sbctl(lab, &["get", "Chassis", u, "name"])
+                .trim()
+                .trim_matches('"')
+                .to_string()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// Send one RARP request announcing `mac` out of `iface` in namespace `ns` (what QEMU sends
+/// when a migrated VM resumes), with a raw packet socket.
+fn send_rarp(ns: &TestNetns, iface: &str, mac: &str) {
+    let script = format!(
+        "import socket\n\
+         m = bytes.fromhex('{hex}')\n\
+         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)\n\
+         s.bind(('{iface}', 0))\n\
+         f = b'\\xff' * 6 + m + b'\\x80\\x35' + bytes([0, 1, 8, 0, 6, 4, 0, 3]) + m + bytes(4) + m + bytes(4)\n\
+         s.send(f + bytes(60 - len(f)))\n",
+        hex = mac.replace(':', ""),
+    );
+    ns.run("python3", &["-c", &script]);
+}
+
+#[test]
+fn a_migrating_vlan_port_is_bound_on_both_chassis_and_the_target_carries_traffic_once_activated() {
+    let env = McEnv::new();
+    let lab = &env.lab;
+    let (a, b) = (lab.node("node-a"), lab.node("node-b"));
+    let version = run("ovn-nbctl", &["--version"]);
+    println!("{}", version.lines().next().unwrap_or_default());
+
+    // --- the VLAN, the wire between the nodes' bridges, the ToR on node-b ---
+    let _mappings = [
+        BridgeMapping::add(lab, &a, mc::PHYSNET, mc::BRIDGE),
+        BridgeMapping::add(lab, &b, mc::PHYSNET, mc::BRIDGE),
+    ];
+    run(
+        "ip",
+        &[
+            "link",
+            "add",
+            mc::WIRE.0,
+            "netns",
+            &a.netns,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            mc::WIRE.1,
+            "netns",
+            &b.netns,
+        ],
+    );
+    for (node, end) in [(&a, mc::WIRE.0), (&b, mc::WIRE.1)] {
+        run("ip", &["-n", &node.netns, "link", "set", end, "up"]);
+        vsctl(node, &["--may-exist", "add-port", mc::BRIDGE, end]);
+    }
+    vsctl(
+        &b,
+        &[
+            "--may-exist",
+            "add-port",
+            mc::BRIDGE,
+            mc::TOR,
+            &format!("tag={}", mc::VLAN),
+            "--",
+            "set",
+            "interface",
+            mc::TOR,
+            "type=internal",
+        ],
+    );
+    wait_until(Duration::from_secs(20), "the ToR port to appear", || {
+        try_run("ip", &["-n", &b.netns, "link", "show", mc::TOR]).ok()
+    });
+    let tor = TestNetns::new("h4mc-tor");
+    run(
+        "ip",
+        &["-n", &b.netns, "link", "set", mc::TOR, "netns", &tor.name],
+    );
+    tor.run(
+        "ip",
+        &["addr", "add", &format!("{}/24", mc::TOR_IP), "dev", mc::TOR],
+    );
+    tor.run("ip", &["link", "set", mc::TOR, "up"]);
+
+    // --- the VM lives on node-a ---
+    let src = TestNetns::new("h4mc-src");
+    env.reconcile(&plan_underlay(&mc_spec(), &[mc_vm("node-a", &[])]).expect("plan"));
+    attach_netns(&a, &src, mc::SRC, mc::LSP, mc::VM_MAC);
+    src.run(
+        "ip",
+        &["addr", "add", &format!("{}/24", mc::VM_IP), "dev", mc::SRC],
+    );
+    wait_until(WAIT, "the VM on node-a to reach the ToR", || {
+        src.ping_once(mc::TOR_IP).then_some(())
+    });
+
+    // --- migration starts: the same port, requested on node-a and node-b ---
+    let t = plan_underlay(&mc_spec(), &[mc_vm("node-a", &["node-b"])]).expect("plan");
+    let r = env.reconcile(&t);
+    println!("multi-chassis: {r}");
+    assert_eq!(r.table("Logical_Switch_Port").updated, 1, "{r}");
+    assert_eq!(r.totals().inserted, 0, "no second port: {r}");
+    assert!(env.reconcile(&t).is_empty(), "idempotent");
+    let opts = nbctl(lab, &["get", "Logical_Switch_Port", mc::LSP, "options"]);
+    assert!(
+        opts.contains("requested-chassis=\"node-a,node-b\""),
+        "{opts}"
+    );
+    assert!(opts.contains("activation-strategy=rarp"), "{opts}");
+
+    let dst = TestNetns::new("h4mc-dst");
+    attach_netns(&b, &dst, mc::DST, mc::LSP, mc::VM_MAC);
+    dst.run(
+        "ip",
+        &["addr", "add", &format!("{}/24", mc::VM_IP), "dev", mc::DST],
+    );
+    wait_until(
+        WAIT,
+        "the port bound on node-a and, additionally, node-b",
+        || {
+            (bound_on(lab, mc::LSP, "chassis") == ["node-a"]
+                && bound_on(lab, mc::LSP, "additional_chassis") == ["node-b"])
+            .then_some(())
+        },
+    );
+    // both chassis have installed the port's flows
+    nbctl(lab, &["--wait=hv", "sync"]);
+    // the source still works; the target is blocked until the VM announces itself there
+    assert!(src.ping_once(mc::TOR_IP) || src.ping_once(mc::TOR_IP));
+    // the source pauses (the VM's final copy): its interface goes down
+    src.run("ip", &["link", "set", mc::SRC, "down"]);
+    for _ in 0..3 {
+        assert!(
+            !dst.ping_once(mc::TOR_IP),
+            "the target carries traffic before its activation (RARP)"
+        );
+    }
+
+    // --- the VM resumes on node-b and sends its RARP: the target binding activates ---
+    send_rarp(&dst, mc::DST, mc::VM_MAC);
+    wait_until(WAIT, "the VM on node-b to reach the ToR", || {
+        dst.ping_once(mc::TOR_IP).then_some(())
+    });
+    wait_until(WAIT, "the ToR to reach the VM on node-b", || {
+        tor.ping_once(mc::VM_IP).then_some(())
+    });
+    let pb = sbctl(
+        lab,
+        &[
+            "--bare",
+            "--columns=options",
+            "find",
+            "Port_Binding",
+            &format!("logical_port={}", mc::LSP),
+        ],
+    );
+    println!("port binding options after the RARP: {pb}");
+    assert!(
+        pb.contains("additional-chassis-activated=node-b"),
+        "ovn-controller on node-b recorded the activation: {pb}"
+    );
+
+    // --- switchover complete: the port, unchanged in name, on node-b only ---
+    let t = plan_underlay(&mc_spec(), &[mc_vm("node-b", &[])]).expect("plan");
+    let r = env.reconcile(&t);
+    assert_eq!(r.table("Logical_Switch_Port").updated, 1, "{r}");
+    assert_eq!(r.totals().inserted + r.totals().deleted, 0, "{r}");
+    drop(src);
+    wait_until(WAIT, "the port bound on node-b only", || {
+        (bound_on(lab, mc::LSP, "chassis") == ["node-b"]
+            && bound_on(lab, mc::LSP, "additional_chassis").is_empty())
+        .then_some(())
+    });
+    wait_until(
+        WAIT,
+        "the ToR to reach the VM on node-b after the switchover",
+        || tor.ping_once(mc::VM_IP).then_some(()),
+    );
+
+    drop(dst);
     drop(tor);
 }

@@ -28,21 +28,41 @@
 //! ```
 //!
 //! [`plan_underlay`]: one switch per VLAN, its workloads addressed from the VLAN's subnet
-//! (DHCP with the subnet's mask, router = the VLAN's gateway).
+//! (DHCP with the subnet's mask, router = the VLAN's gateway). A VLAN port that migrates is
+//! one port bound on two chassis (`requested-chassis=<node>,<target>`,
+//! `activation-strategy=rarp`), named [`vlan_port_name`] on every node.
+//!
+//! # Egress and management ports
+//!
+//! [`plan_overlay_with`] adds to the overlay what [`OverlayExtras`] asks for:
+//! - egress to a VLAN ([`EgressSpec`]): a gateway router `<net>-vlan<tag>-rtr` on the transit
+//!   network and on the overlay's own VLAN switch, with `snat <subnet> → <router's VLAN
+//!   address>`; default routes node router → fabric → that router → the VLAN's gateway (why
+//!   a gateway router and not a distributed gateway port: see [`EgressSpec`]);
+//! - a management port per node ([`MgmtPort`], seed 000's `ovrl116-mgmt`): routed like a
+//!   workload, so the node's host stack reaches every workload; [`mgmt_config`] is what the
+//!   node configures on its side.
 
+mod egress;
 mod flip;
+mod mgmt;
 mod overlay;
 mod reconcile;
 mod underlay;
 
+pub use egress::{EgressSpec, egress_router_name};
 pub use flip::{Flip, flip_route};
+pub use mgmt::{HostRoute, MgmtConfig, MgmtPort, mgmt_config, mgmt_port_name};
 pub use overlay::{
-    LogicalRouter, LogicalSwitch, NodeSpec, OverlaySpec, PlanError, PortSpec, QosRule, RouteFlip,
-    RouterPort, RouterRoute, StaticRoute, SwitchPort, SwitchPortKind, Topology, gateway_port_name,
-    node_router_name, plan_overlay, route_flip, workload_port,
+    LogicalRouter, LogicalSwitch, NodeSpec, OverlayExtras, OverlaySpec, PlanError, PortSpec,
+    QosRule, RouteFlip, RouterPort, RouterRoute, SnatRule, StaticRoute, SwitchPort, SwitchPortKind,
+    Topology, gateway_port_name, node_router_name, overlay_port_name, plan_overlay,
+    plan_overlay_with, route_flip, workload_port,
 };
 pub use reconcile::{
     ActualState, OWNER_KEY, PORT_KEY, QOS_PRIORITY, ReconcileReport, TableCounts, apply, check,
     diff, read_actual, reconcile,
 };
-pub use underlay::{UnderlaySpec, dhcp_server_mac, localnet_port, plan_underlay, vlan_switch};
+pub use underlay::{
+    UnderlaySpec, dhcp_server_mac, localnet_port, plan_underlay, vlan_port_name, vlan_switch,
+};

@@ -201,6 +201,7 @@ pub enum PlanError {
     },
     /// A port on a VLAN network asks for more than one node (a migration target): one VLAN
     /// switch holds all ports, and two ports with one MAC on one switch are not realizable.
+    /// (No longer returned: a VLAN port with a migration target is bound on both chassis.)
     #[error(
         "port {port}: a VLAN network port lives on one node; migration targets ({also_on:?}) \
          are not supported on the underlay yet"
@@ -210,6 +211,50 @@ pub enum PlanError {
         port: String,
         /// The extra nodes.
         also_on: Vec<String>,
+    },
+    /// The egress router's address on the VLAN is not a usable host of the VLAN's subnet
+    /// (or is the VLAN's gateway).
+    #[error(
+        "network {network}: egress router address {ip} is not a usable address of the VLAN \
+         subnet {subnet} (gateway {gateway}); pick a free host address of {subnet}"
+    )]
+    EgressAddressOutsideVlan {
+        /// Network.
+        network: String,
+        /// The router's address.
+        ip: Ipv4Addr,
+        /// The VLAN's subnet.
+        subnet: Ipv4Net,
+        /// The VLAN's gateway.
+        gateway: Ipv4Addr,
+    },
+    /// Two networks of one plan overlap.
+    #[error(
+        "network {network}: the {first_what} {first} overlaps the {second_what} {second}; \
+         they must be disjoint"
+    )]
+    OverlappingSubnets {
+        /// Network.
+        network: String,
+        /// What the first one is (e.g. "overlay subnet").
+        first_what: String,
+        /// The first one.
+        first: Ipv4Net,
+        /// What the second one is (e.g. "egress VLAN subnet").
+        second_what: String,
+        /// The second one.
+        second: Ipv4Net,
+    },
+    /// The egress gateway chassis is not one of the network's nodes.
+    #[error(
+        "network {network}: egress gateway chassis {chassis} is not one of the network's \
+         nodes; name a node of the overlay"
+    )]
+    UnknownGatewayChassis {
+        /// Network.
+        network: String,
+        /// The chassis.
+        chassis: String,
     },
 }
 
@@ -231,7 +276,9 @@ pub enum SwitchPortKind {
         mac: MacAddr,
         /// IP.
         ip: Ipv4Addr,
-        /// The chassis allowed to bind it.
+        /// The chassis allowed to bind it (`options:requested-chassis`). Several,
+        /// comma-separated, make a multi-chassis port (a VLAN port during a migration): the
+        /// reconciler then also sets `activation-strategy=rarp`.
         requested_chassis: String,
         /// Its DHCP options, when OVN answers DHCP for it.
         dhcp: Option<DhcpOptionsRow>,
@@ -294,6 +341,16 @@ pub struct StaticRoute {
     pub output_port: Option<String>,
 }
 
+/// A source NAT rule of a logical router (`NAT` row, `type=snat`): traffic from
+/// `logical_ip` leaves with source `external_ip`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SnatRule {
+    /// The address traffic leaves with (the router's address on the external network).
+    pub external_ip: Ipv4Addr,
+    /// The internal network whose traffic is translated.
+    pub logical_ip: Ipv4Net,
+}
+
 /// A logical router.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LogicalRouter {
@@ -303,6 +360,11 @@ pub struct LogicalRouter {
     pub ports: BTreeMap<String, RouterPort>,
     /// Static routes.
     pub routes: BTreeSet<StaticRoute>,
+    /// `options` the plan sets (e.g. `chassis` for a gateway router); other keys are left
+    /// alone by the reconciler only if the plan names none (empty = the column is not managed).
+    pub options: BTreeMap<String, String>,
+    /// Source NAT rules.
+    pub snat: BTreeSet<SnatRule>,
 }
 
 /// The desired OVN northbound state of one overlay network.
@@ -324,13 +386,13 @@ impl Topology {
     }
 }
 
-fn node_switch(net: &str, node: &str) -> String {
+pub(super) fn node_switch(net: &str, node: &str) -> String {
     format!("{net}-{node}")
 }
 /// Routers and switches get distinct names: OVN needs every logical port name unique across
 /// switch AND router ports (ovn-northd drops a duplicate with only a log line), and the
 /// router ports are named after their router.
-fn node_router(net: &str, node: &str) -> String {
+pub(super) fn node_router(net: &str, node: &str) -> String {
     format!("{net}-{node}-rtr")
 }
 
@@ -350,7 +412,18 @@ pub fn workload_port(port: &str, node: &str) -> String {
     format!("{port}.{node}")
 }
 
-fn validate(spec: &OverlaySpec, nodes: &[NodeSpec], ports: &[PortSpec]) -> Result<(), PlanError> {
+/// The logical switch port (= the OVS interface's `external_ids:iface-id`) of overlay
+/// workload `port` on `node`: `<port>.<node>` (a migration target has its own).
+pub fn overlay_port_name(port: &str, node: &str) -> String {
+    workload_port(port, node)
+}
+
+fn validate(
+    spec: &OverlaySpec,
+    nodes: &[NodeSpec],
+    ports: &[PortSpec],
+    extras: &OverlayExtras,
+) -> Result<(), PlanError> {
     let net = spec.name.clone();
     let hosts =
         |n: &Ipv4Net, ip: Ipv4Addr| n.contains(&ip) && ip != n.network() && ip != n.broadcast();
@@ -399,8 +472,14 @@ fn validate(spec: &OverlaySpec, nodes: &[NodeSpec], ports: &[PortSpec]) -> Resul
             });
         }
     }
-    check_ports(ports, &spec.subnet, spec.gateway, spec.gateway_mac)?;
-    for p in ports {
+    if let Some(e) = &extras.egress {
+        check_join(e.join_ip, "egress router")?;
+        super::egress::validate(spec, &names, e)?;
+    }
+    let mgmt = super::mgmt::as_ports(spec, &extras.mgmt);
+    let all: Vec<PortSpec> = ports.iter().chain(&mgmt).cloned().collect();
+    check_ports(&all, &spec.subnet, spec.gateway, spec.gateway_mac)?;
+    for p in &all {
         for node in std::iter::once(&p.node).chain(&p.also_on) {
             if !names.contains(node.as_str()) {
                 return Err(PlanError::UnknownNode {
@@ -472,7 +551,33 @@ pub fn plan_overlay(
     nodes: &[NodeSpec],
     ports: &[PortSpec],
 ) -> Result<Topology, PlanError> {
-    validate(spec, nodes, ports)?;
+    plan_overlay_with(spec, nodes, ports, &OverlayExtras::default())
+}
+
+/// What an overlay may have beyond its workloads: egress to a VLAN through a SNAT router,
+/// and the nodes' management ports. `OverlayExtras::default()` is the bare overlay of
+/// [`plan_overlay`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OverlayExtras {
+    /// Egress of the overlay to a VLAN, SNATed to the router's address there.
+    pub egress: Option<super::egress::EgressSpec>,
+    /// Management ports, at most one per node.
+    pub mgmt: Vec<super::mgmt::MgmtPort>,
+}
+
+/// [`plan_overlay`] with the `extras`: the egress router (see [`EgressSpec`]) and the
+/// management ports (see [`MgmtPort`]). Reconcile the whole result as one network: a plan
+/// without the extras removes them.
+///
+/// [`EgressSpec`]: super::egress::EgressSpec
+/// [`MgmtPort`]: super::mgmt::MgmtPort
+pub fn plan_overlay_with(
+    spec: &OverlaySpec,
+    nodes: &[NodeSpec],
+    ports: &[PortSpec],
+    extras: &OverlayExtras,
+) -> Result<Topology, PlanError> {
+    validate(spec, nodes, ports, extras)?;
     let net = &spec.name;
     let mut t = Topology::default();
     let join_name = format!("{net}-join");
@@ -632,6 +737,12 @@ pub fn plan_overlay(
             nexthop: join_ip[p.node.as_str()],
             output_port: None,
         });
+    }
+    for m in &extras.mgmt {
+        super::mgmt::plan(spec, &mut t, &mut fabric, join_ip[m.node.as_str()], m);
+    }
+    if let Some(e) = &extras.egress {
+        super::egress::plan(spec, &mut t, &mut join, &mut fabric, e);
     }
     t.switches.insert(join_name, join);
     t.routers.insert(fabric_name, fabric);

@@ -20,8 +20,9 @@
 //! # Identity
 //!
 //! Rows are matched by name (switches, routers, their ports), by `match` within a switch
-//! (QoS), by `ip_prefix` within a router (static routes) and by the port they serve
-//! (DHCP options). A matched row whose columns differ is updated in place (only the
+//! (QoS), by `ip_prefix` within a router (static routes), by `type` and `logical_ip` within a
+//! router (NAT) and by the port they serve (DHCP options). A router's `options` are written
+//! only when the plan names some (a gateway router's `chassis`). A matched row whose columns differ is updated in place (only the
 //! differing columns are written), so a route flip is an update of the fabric route's
 //! `nexthop`, a delete of the old node's local route and an insert of the new one. Owned rows
 //! that are no longer wanted are deleted and, when they are children, removed from their
@@ -35,8 +36,8 @@ use roam_dhcp_opts::DhcpOptionsRow;
 use serde_json::{Map, Value, json};
 
 use super::overlay::{
-    LogicalRouter, LogicalSwitch, QosRule, RouterPort, StaticRoute, SwitchPort, SwitchPortKind,
-    Topology,
+    LogicalRouter, LogicalSwitch, QosRule, RouterPort, SnatRule, StaticRoute, SwitchPort,
+    SwitchPortKind, Topology,
 };
 use crate::Result;
 use crate::ovsdb::nb::{self, DATABASE, RoutePolicy, StringMap};
@@ -68,6 +69,8 @@ pub struct ActualState {
     pub dhcp_options: Vec<nb::DhcpOptions>,
     /// `QoS` rows.
     pub qos: Vec<nb::Qos>,
+    /// `NAT` rows.
+    pub nat: Vec<nb::Nat>,
 }
 
 impl ActualState {
@@ -80,6 +83,7 @@ impl ActualState {
             && self.routes.is_empty()
             && self.dhcp_options.is_empty()
             && self.qos.is_empty()
+            && self.nat.is_empty()
     }
 }
 
@@ -227,6 +231,7 @@ pub async fn read_actual(client: &Client, network: &str) -> Result<ActualState> 
                 select_owned::<nb::LogicalRouterStaticRoute>(network),
                 select_owned::<nb::DhcpOptions>(network),
                 select_owned::<nb::Qos>(network),
+                select_owned::<nb::Nat>(network),
             ],
         )
         .await?;
@@ -238,6 +243,7 @@ pub async fn read_actual(client: &Client, network: &str) -> Result<ActualState> 
         routes: decode_select(&res[4])?,
         dhcp_options: decode_select(&res[5])?,
         qos: decode_select(&res[6])?,
+        nat: decode_select(&res[7])?,
     })
 }
 
@@ -325,6 +331,13 @@ pub fn check(desired: &Topology, network: &str) -> Result<()> {
         }
     }
     for lr in desired.routers.values() {
+        if !lr.snat.is_empty() && !lr.options.contains_key("chassis") {
+            return invalid(format!(
+                "router {} has SNAT rules but is not a gateway router (no options:chassis); \
+                 OVN would ignore them",
+                lr.name
+            ));
+        }
         for r in &lr.routes {
             if let Some(out) = &r.output_port
                 && !lr.ports.contains_key(out)
@@ -455,6 +468,7 @@ struct Differ<'a> {
     lrps: HashMap<Uuid, &'a nb::LogicalRouterPort>,
     routes: HashMap<Uuid, &'a nb::LogicalRouterStaticRoute>,
     qos: HashMap<Uuid, &'a nb::Qos>,
+    nat: HashMap<Uuid, &'a nb::Nat>,
     dhcp_by_port: BTreeMap<&'a str, Vec<&'a nb::DhcpOptions>>,
     dhcp_kept: HashSet<Uuid>,
     actual: &'a ActualState,
@@ -477,6 +491,7 @@ impl<'a> Differ<'a> {
             lrps: actual.router_ports.iter().map(|r| (r.uuid, r)).collect(),
             routes: actual.routes.iter().map(|r| (r.uuid, r)).collect(),
             qos: actual.qos.iter().map(|r| (r.uuid, r)).collect(),
+            nat: actual.nat.iter().map(|r| (r.uuid, r)).collect(),
             dhcp_by_port,
             dhcp_kept: HashSet::new(),
             actual,
@@ -667,12 +682,14 @@ impl<'a> Differ<'a> {
                 ..
             } => {
                 let addr = format!("{mac} {ip}");
-                (
-                    String::new(),
-                    [addr.clone()].into(),
-                    [addr].into(),
-                    [("requested-chassis".to_string(), requested_chassis.clone())].into(),
-                )
+                let mut options: StringMap =
+                    [("requested-chassis".to_string(), requested_chassis.clone())].into();
+                if requested_chassis.contains(',') {
+                    // multi-chassis (a migration): the target carries traffic only once the
+                    // VM's RARP has announced it there
+                    options.insert("activation-strategy".into(), "rarp".into());
+                }
+                (String::new(), [addr.clone()].into(), [addr].into(), options)
             }
             SwitchPortKind::Router { router_port } => (
                 "router".to_string(),
@@ -870,6 +887,11 @@ impl<'a> Differ<'a> {
                 self.delete("Logical_Router_Static_Route", *u);
             }
         }
+        for u in &lr.nat {
+            if self.nat.contains_key(u) {
+                self.delete("NAT", *u);
+            }
+        }
         self.delete("Logical_Router", lr.uuid);
     }
 
@@ -877,6 +899,7 @@ impl<'a> Differ<'a> {
         let Some(lr) = actual else {
             let ports: Vec<RowRef> = want.ports.values().map(|p| self.new_lrp(p)).collect();
             let routes: Vec<RowRef> = want.routes.iter().map(|r| self.new_route(r)).collect();
+            let nat: Vec<RowRef> = want.snat.iter().map(|n| self.new_snat(n)).collect();
             let mut row = Map::new();
             row.insert("name".into(), json!(want.name));
             row.insert("ports".into(), set_json(ports.iter().map(RowRef::json)));
@@ -884,12 +907,51 @@ impl<'a> Differ<'a> {
                 "static_routes".into(),
                 set_json(routes.iter().map(RowRef::json)),
             );
+            if !nat.is_empty() {
+                row.insert("nat".into(), set_json(nat.iter().map(RowRef::json)));
+            }
+            if !want.options.is_empty() {
+                row.insert("options".into(), string_map_json(&want.options));
+            }
             self.insert("Logical_Router", row);
             return;
         };
         let mut row = Map::new();
+        // options are managed when the plan names some (a gateway router's `chassis`)
+        if !want.options.is_empty() && lr.options.0 != want.options {
+            row.insert("options".into(), string_map_json(&want.options));
+        }
         self.external_ids_update(&mut row, &lr.external_ids, &self.owner());
         self.update("Logical_Router", lr.uuid, row);
+
+        // SNAT rules, by internal network: a changed external address is an update in place
+        let actual_nat: Vec<&nb::Nat> = lr
+            .nat
+            .iter()
+            .filter_map(|u| self.nat.get(u).copied())
+            .collect();
+        let nats = pair_up(
+            actual_nat,
+            &want.snat,
+            |a| (String::from(a.kind.clone()), a.logical_ip.clone()),
+            |d| ("snat".to_string(), d.logical_ip.to_string()),
+            |a, d| a.external_ip == d.external_ip.to_string(),
+        );
+        for (a, d) in nats.pairs {
+            let mut row = Map::new();
+            let ext = d.external_ip.to_string();
+            if a.external_ip != ext {
+                row.insert("external_ip".into(), json!(ext));
+            }
+            self.external_ids_update(&mut row, &a.external_ids, &self.owner());
+            self.update("NAT", a.uuid, row);
+        }
+        let remove: Vec<Uuid> = nats.garbage.iter().map(|a| a.uuid).collect();
+        for u in &remove {
+            self.delete("NAT", *u);
+        }
+        let add: Vec<RowRef> = nats.new.into_iter().map(|d| self.new_snat(d)).collect();
+        self.mutate_set("Logical_Router", lr.uuid, "nat", add, remove);
 
         let actual_ports: Vec<&nb::LogicalRouterPort> = lr
             .ports
@@ -963,6 +1025,14 @@ impl<'a> Differ<'a> {
         }
         self.external_ids_update(&mut row, &a.external_ids, &self.owner());
         row
+    }
+
+    fn new_snat(&mut self, n: &SnatRule) -> RowRef {
+        let mut row = Map::new();
+        row.insert("type".into(), json!("snat"));
+        row.insert("external_ip".into(), json!(n.external_ip.to_string()));
+        row.insert("logical_ip".into(), json!(n.logical_ip.to_string()));
+        self.insert("NAT", row)
     }
 
     fn new_route(&mut self, r: &StaticRoute) -> RowRef {

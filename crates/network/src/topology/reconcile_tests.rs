@@ -22,7 +22,7 @@ struct Db {
     next: u128,
 }
 
-const TABLES: [&str; 7] = [
+const TABLES: [&str; 8] = [
     "Logical_Switch",
     "Logical_Switch_Port",
     "Logical_Router",
@@ -30,10 +30,12 @@ const TABLES: [&str; 7] = [
     "Logical_Router_Static_Route",
     "DHCP_Options",
     "QoS",
+    "NAT",
 ];
 
 /// (parent table, column, child table) of the strong references roam uses.
-const REFS: [(&str, &str, &str); 4] = [
+const REFS: [(&str, &str, &str); 5] = [
+    ("Logical_Router", "nat", "NAT"),
     ("Logical_Switch", "ports", "Logical_Switch_Port"),
     ("Logical_Switch", "qos_rules", "QoS"),
     ("Logical_Router", "ports", "Logical_Router_Port"),
@@ -120,6 +122,7 @@ impl Db {
         db.tables.insert(TABLES[4], to_rows(&s.routes));
         db.tables.insert(TABLES[5], to_rows(&s.dhcp_options));
         db.tables.insert(TABLES[6], to_rows(&s.qos));
+        db.tables.insert(TABLES[7], to_rows(&s.nat));
         db.next = 1 + db.tables.values().map(BTreeMap::len).sum::<usize>() as u128 * 1000;
         db
     }
@@ -133,6 +136,7 @@ impl Db {
             routes: from_rows(&self.tables[TABLES[4]]),
             dhcp_options: from_rows(&self.tables[TABLES[5]]),
             qos: from_rows(&self.tables[TABLES[6]]),
+            nat: from_rows(&self.tables[TABLES[7]]),
         }
     }
 
@@ -234,6 +238,7 @@ impl Db {
             "Logical_Router_Port",
             "Logical_Router_Static_Route",
             "QoS",
+            "NAT",
         ] {
             for u in self.tables[ct].keys() {
                 assert_eq!(
@@ -826,11 +831,7 @@ fn a_vlan_network_lands_with_a_tagged_localnet_port() {
     assert_eq!(ln.tag, Some(116));
     assert_eq!(ln.dhcpv4_options, None);
     assert_eq!(ln.external_ids[OWNER_KEY], NET);
-    let w1 = s
-        .switch_ports
-        .iter()
-        .find(|p| p.name == "w1.node-0")
-        .unwrap();
+    let w1 = s.switch_ports.iter().find(|p| p.name == "w1").unwrap();
     assert_eq!(w1.kind, "");
     assert_eq!(w1.tag, None);
     assert_eq!(
@@ -845,12 +846,8 @@ fn a_vlan_network_lands_with_a_tagged_localnet_port() {
         .unwrap();
     assert_eq!(dhcp.cidr, "192.0.2.0/24");
     assert_eq!(dhcp.options["router"], "192.0.2.1");
-    assert_eq!(dhcp.external_ids[PORT_KEY], "w1.node-0");
-    let w2 = s
-        .switch_ports
-        .iter()
-        .find(|p| p.name == "w2.node-1")
-        .unwrap();
+    assert_eq!(dhcp.external_ids[PORT_KEY], "w1");
+    let w2 = s.switch_ports.iter().find(|p| p.name == "w2").unwrap();
     assert_eq!(w2.dhcpv4_options, None);
 
     // the same plan again: nothing
@@ -963,4 +960,255 @@ fn moving_a_network_to_another_vlan_replaces_its_switch_in_one_go() {
         Some(117)
     );
     assert!(diff(&s, &t2, NET).is_empty());
+}
+
+#[test]
+fn a_migrating_vlan_port_is_multi_chassis_with_rarp_activation_then_single_again() {
+    let mut p = vlan_port(1, "node-0");
+    p.also_on = vec!["node-1".into()];
+    let t = vlan_plan(std::slice::from_ref(&p));
+    let mut db = applied(&t);
+    let w1 = db
+        .state()
+        .switch_ports
+        .into_iter()
+        .find(|x| x.name == "w1")
+        .unwrap();
+    assert_eq!(w1.options["requested-chassis"], "node-0,node-1");
+    assert_eq!(w1.options["activation-strategy"], "rarp");
+    assert!(diff(&db.state(), &t, NET).is_empty(), "idempotent");
+
+    // switchover complete: the same row, target only, no activation strategy
+    p.node = "node-1".into();
+    p.also_on.clear();
+    let after = vlan_plan(&[p]);
+    let ops = diff(&db.state(), &after, NET);
+    assert_eq!(ops.len(), 1, "{ops:#?}");
+    assert_eq!(ops[0]["op"], "update");
+    assert_eq!(target(&ops[0]), w1.uuid);
+    assert_eq!(
+        ops[0]["row"],
+        json!({"options": ["map", [["requested-chassis", "node-1"]]]})
+    );
+    db.apply(&ops);
+    assert!(diff(&db.state(), &after, NET).is_empty());
+}
+
+// ---- egress and management ports ----
+
+fn egress() -> crate::topology::EgressSpec {
+    crate::topology::EgressSpec {
+        vlan: 300,
+        physnet: "physnet1".into(),
+        subnet: "198.51.100.0/24".parse().unwrap(),
+        gateway: "198.51.100.1".parse().unwrap(),
+        router_ip: "198.51.100.5".parse().unwrap(),
+        router_mac: mac("0a:00:00:00:e5:01"),
+        join_ip: "169.254.100.2".parse().unwrap(),
+        join_mac: mac("0a:00:00:00:e5:02"),
+        chassis: "node-1".into(),
+    }
+}
+
+fn mgmt(node: u8) -> crate::topology::MgmtPort {
+    crate::topology::MgmtPort {
+        node: format!("node-{node}"),
+        ip: Ipv4Addr::new(100, 64, 0, 10 + node),
+        mac: MacAddr::new([0x0a, 0, 0, 0, 0x4d, node]),
+    }
+}
+
+fn plan_with(ports: &[PortSpec], extras: &crate::topology::OverlayExtras) -> Topology {
+    let t = crate::topology::plan_overlay_with(&spec(), &nodes(), ports, extras).unwrap();
+    check(&t, NET).expect("realizable");
+    t
+}
+
+fn full_extras() -> crate::topology::OverlayExtras {
+    crate::topology::OverlayExtras {
+        egress: Some(egress()),
+        mgmt: vec![mgmt(0), mgmt(1)],
+    }
+}
+
+#[test]
+fn egress_lands_as_a_gateway_router_with_snat_and_a_second_reconcile_is_a_no_op() {
+    let t = plan_with(&[port(1, "node-0")], &full_extras());
+    let ops = diff(&ActualState::default(), &t, NET);
+    let nat = ops_on(&ops, "NAT");
+    assert_eq!(nat.len(), 1);
+    assert_eq!(nat[0]["row"]["type"], "snat");
+    assert_eq!(nat[0]["row"]["external_ip"], "198.51.100.5");
+    assert_eq!(nat[0]["row"]["logical_ip"], "100.64.0.0/16");
+    assert_eq!(
+        nat[0]["row"]["external_ids"],
+        json!(["map", [[OWNER_KEY, NET]]])
+    );
+    let db = applied(&t);
+    let s = db.state();
+    let gr = s
+        .routers
+        .iter()
+        .find(|r| r.name == "ovl-vlan300-rtr")
+        .unwrap();
+    assert_eq!(gr.options["chassis"], "node-1");
+    assert_eq!(gr.nat.len(), 1);
+    let route = |router: &str, prefix: &str| {
+        let lr = s.routers.iter().find(|r| r.name == router).unwrap();
+        s.routes
+            .iter()
+            .filter(|r| lr.static_routes.contains(&r.uuid) && r.ip_prefix == prefix)
+            .map(|r| r.nexthop.clone())
+            .collect::<Vec<_>>()
+    };
+    // node router → fabric → VLAN router → VLAN gateway; back: subnet → fabric
+    assert_eq!(route("ovl-node-0-rtr", "0.0.0.0/0"), ["169.254.100.1"]);
+    assert_eq!(route("ovl-node-1-rtr", "0.0.0.0/0"), ["169.254.100.1"]);
+    assert_eq!(route("ovl-fabric", "0.0.0.0/0"), ["169.254.100.2"]);
+    assert_eq!(route("ovl-vlan300-rtr", "0.0.0.0/0"), ["198.51.100.1"]);
+    assert_eq!(route("ovl-vlan300-rtr", "100.64.0.0/16"), ["169.254.100.1"]);
+    // management ports: an LSP on the node's switch, routed like a workload
+    let m0 = s
+        .switch_ports
+        .iter()
+        .find(|p| p.name == "ovl-node-0-mgmt")
+        .unwrap();
+    assert_eq!(
+        m0.addresses.iter().collect::<Vec<_>>(),
+        ["0a:00:00:00:4d:00 100.64.0.10"]
+    );
+    assert_eq!(m0.options["requested-chassis"], "node-0");
+    assert_eq!(m0.dhcpv4_options, None);
+    assert_eq!(route("ovl-node-1-rtr", "100.64.0.11/32"), ["100.64.0.11"]);
+    assert_eq!(route("ovl-fabric", "100.64.0.11/32"), ["169.254.100.11"]);
+    let ln = s.switch_ports.iter().find(|p| p.name == "ovl-ln").unwrap();
+    assert_eq!(ln.tag, Some(300));
+    // every row is owned
+    assert!(s.nat.iter().all(|r| r.external_ids[OWNER_KEY] == NET));
+    assert!(s.routers.iter().all(|r| r.external_ids[OWNER_KEY] == NET));
+
+    assert!(
+        diff(&s, &t, NET).is_empty(),
+        "a second reconcile is a no-op"
+    );
+}
+
+#[test]
+fn a_changed_egress_is_updated_in_place_and_a_removed_one_is_deleted_whole() {
+    let before = plan_with(&[port(1, "node-0")], &full_extras());
+    let mut db = applied(&before);
+    let nat = db.state().nat[0].uuid;
+    let mut e = egress();
+    e.router_ip = "198.51.100.6".parse().unwrap();
+    e.chassis = "node-0".into();
+    let moved = plan_with(
+        &[port(1, "node-0")],
+        &crate::topology::OverlayExtras {
+            egress: Some(e),
+            mgmt: vec![mgmt(0), mgmt(1)],
+        },
+    );
+    let ops = diff(&db.state(), &moved, NET);
+    assert!(ops.iter().all(|o| o["op"] == "update"), "{ops:#?}");
+    let n = ops_on(&ops, "NAT");
+    assert_eq!(n.len(), 1);
+    assert_eq!(target(n[0]), nat);
+    assert_eq!(n[0]["row"], json!({"external_ip": "198.51.100.6"}));
+    let lr = ops_on(&ops, "Logical_Router");
+    assert_eq!(lr.len(), 1);
+    assert_eq!(
+        lr[0]["row"],
+        json!({"options": ["map", [["chassis", "node-0"]]]})
+    );
+    assert_eq!(
+        ops_on(&ops, "Logical_Router_Port").len(),
+        1,
+        "the VLAN port's address"
+    );
+    assert_eq!(ops.len(), 3, "{ops:#?}");
+    db.apply(&ops);
+    assert!(diff(&db.state(), &moved, NET).is_empty());
+
+    // without egress: its router (with ports, routes, NAT), its switch and the default
+    // routes go, in one transaction; the management ports stay
+    let bare = plan_with(
+        &[port(1, "node-0")],
+        &crate::topology::OverlayExtras {
+            egress: None,
+            mgmt: vec![mgmt(0), mgmt(1)],
+        },
+    );
+    let ops = diff(&db.state(), &bare, NET);
+    let r = ReconcileReport::from_ops(&ops);
+    assert_eq!(r.table("NAT").deleted, 1);
+    assert_eq!(r.table("Logical_Router").deleted, 1);
+    assert_eq!(r.table("Logical_Switch").deleted, 1);
+    // 2 on the gateway router + 3 default routes (two node routers, the fabric)
+    assert_eq!(r.table("Logical_Router_Static_Route").deleted, 5);
+    assert_eq!(r.totals().inserted, 0);
+    db.apply(&ops);
+    let s = db.state();
+    assert!(s.nat.is_empty());
+    assert!(!s.routes.iter().any(|r| r.ip_prefix == "0.0.0.0/0"));
+    assert!(s.switch_ports.iter().any(|p| p.name == "ovl-node-1-mgmt"));
+    assert!(diff(&s, &bare, NET).is_empty());
+    // and the bare plan of plan_overlay is the same as no extras
+    assert!(diff(&s, &plan(&[port(1, "node-0")]), NET).len() > 1);
+}
+
+#[test]
+fn a_foreign_nat_row_on_the_gateway_router_is_left_alone() {
+    let t = plan_with(&[], &full_extras());
+    let db = applied(&t);
+    let mut s = db.state();
+    let foreign = Uuid(uuid::Uuid::from_u128(0xfeed));
+    s.routers
+        .iter_mut()
+        .find(|r| r.name == "ovl-vlan300-rtr")
+        .unwrap()
+        .nat
+        .insert(foreign);
+    let ops = diff(&s, &t, NET);
+    assert!(ops.is_empty(), "{ops:#?}");
+    // an owned NAT row nothing wants is removed from the router and deleted
+    let mut extra = db.state();
+    let gr = extra
+        .routers
+        .iter_mut()
+        .find(|r| r.name == "ovl-vlan300-rtr")
+        .unwrap();
+    let stale = Uuid(uuid::Uuid::from_u128(0xbeef));
+    gr.nat.insert(stale);
+    extra.nat.push(crate::ovsdb::nb::Nat {
+        uuid: stale,
+        kind: crate::ovsdb::nb::NatType::Snat,
+        external_ip: "198.51.100.9".into(),
+        logical_ip: "100.64.0.0/17".into(),
+        external_ids: [(OWNER_KEY.to_string(), NET.to_string())].into(),
+    });
+    let ops = diff(&extra, &t, NET);
+    assert_eq!(ops.len(), 2, "{ops:#?}");
+    assert!(
+        ops.iter()
+            .any(|o| o["op"] == "delete" && target(o) == stale)
+    );
+    assert!(ops.iter().any(|o| o["op"] == "mutate"
+        && o["mutations"].to_string().contains(&stale.to_string())));
+}
+
+#[test]
+fn check_refuses_snat_on_a_router_that_is_not_a_gateway_router() {
+    let mut t = plan_with(&[], &full_extras());
+    t.routers
+        .get_mut("ovl-vlan300-rtr")
+        .unwrap()
+        .options
+        .clear();
+    match check(&t, NET) {
+        Err(crate::Error::InvalidTopology { reason, .. }) => {
+            assert!(reason.contains("ovl-vlan300-rtr"), "{reason}");
+            assert!(reason.contains("options:chassis"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -59,25 +59,36 @@ pub fn dhcp_server_mac(vlan: u16) -> MacAddr {
     MacAddr::new([0x0a, 0x00, 0x00, 0xd4, hi, lo])
 }
 
-fn validate(spec: &UnderlaySpec, ports: &[PortSpec]) -> Result<(), PlanError> {
-    let net = spec.name.clone();
-    if !(1..=4094).contains(&spec.vlan) {
+/// A usable 802.1Q tag: 1..=4094.
+pub(super) fn check_vlan_tag(net: &str, tag: u16) -> Result<(), PlanError> {
+    if !(1..=4094).contains(&tag) {
         return Err(PlanError::BadVlanTag {
-            network: net,
-            tag: spec.vlan,
+            network: net.to_string(),
+            tag,
         });
     }
-    if spec.physnet.is_empty()
-        || spec
-            .physnet
+    Ok(())
+}
+
+/// A physical network name `ovn-bridge-mappings` can carry.
+pub(super) fn check_physnet(net: &str, physnet: &str) -> Result<(), PlanError> {
+    if physnet.is_empty()
+        || physnet
             .chars()
             .any(|c| c == ',' || c == ':' || c.is_whitespace())
     {
         return Err(PlanError::BadPhysnet {
-            network: net,
-            physnet: spec.physnet.clone(),
+            network: net.to_string(),
+            physnet: physnet.to_string(),
         });
     }
+    Ok(())
+}
+
+fn validate(spec: &UnderlaySpec, ports: &[PortSpec]) -> Result<(), PlanError> {
+    let net = spec.name.clone();
+    check_vlan_tag(&net, spec.vlan)?;
+    check_physnet(&net, &spec.physnet)?;
     let subnet = spec.subnet;
     let host =
         |ip: Ipv4Addr| subnet.contains(&ip) && ip != subnet.network() && ip != subnet.broadcast();
@@ -96,21 +107,28 @@ fn validate(spec: &UnderlaySpec, ports: &[PortSpec]) -> Result<(), PlanError> {
     }
     let server_mac = dhcp_server_mac(spec.vlan);
     check_ports(ports, &subnet, spec.gateway, server_mac)?;
-    for p in ports {
-        let extra: Vec<String> = p
-            .also_on
-            .iter()
-            .filter(|n| **n != p.node)
-            .cloned()
-            .collect();
-        if !extra.is_empty() {
-            return Err(PlanError::UnderlayAlsoOn {
-                port: p.name.clone(),
-                also_on: extra,
-            });
-        }
-    }
     Ok(())
+}
+
+/// The logical switch port (= the OVS interface's `external_ids:iface-id`) of VLAN workload
+/// `port`: the port's own name, on every node. A VLAN port is one L2 endpoint on one switch,
+/// so a migration target cannot have a port of its own (two ports with one MAC on a switch);
+/// the same port is bound on both chassis instead (see [`plan_underlay`]), and its name must
+/// not change when the workload's node does.
+pub fn vlan_port_name(port: &str) -> String {
+    port.to_string()
+}
+
+/// The `requested-chassis` of a VLAN port: its node, then its migration targets
+/// (comma-separated, without repeats).
+fn requested_chassis(p: &PortSpec) -> String {
+    let mut seen = std::collections::BTreeSet::new();
+    std::iter::once(&p.node)
+        .chain(&p.also_on)
+        .filter(|n| seen.insert(n.as_str()))
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The DHCP row of a VLAN workload: `cidr` = the subnet (OVN derives the offered mask from
@@ -134,8 +152,14 @@ fn dhcp_row(spec: &UnderlaySpec, p: &PortSpec) -> Result<DhcpOptionsRow, PlanErr
     Ok(row)
 }
 
-/// Plan the VLAN network `spec` with the workload `ports` (each on its `node`; `also_on`
-/// is refused).
+/// Plan the VLAN network `spec` with the workload `ports`, each on its `node`.
+///
+/// A port with migration targets (`also_on`) is *multi-chassis* (OVN ≥ 22.09): one logical
+/// switch port with `requested-chassis=<node>,<target>…`, bound on all of them, and
+/// `activation-strategy=rarp`, so the target's binding carries no traffic until the migrated
+/// VM announces itself with a RARP (QEMU sends one when it resumes on the target); from then
+/// on OVN delivers to the target. Dropping `also_on` and moving `node` to the target once the
+/// migration is complete leaves the port, unchanged in name, bound on the target only.
 pub fn plan_underlay(spec: &UnderlaySpec, ports: &[PortSpec]) -> Result<Topology, PlanError> {
     validate(spec, ports)?;
     let net = &spec.name;
@@ -161,7 +185,7 @@ pub fn plan_underlay(spec: &UnderlaySpec, ports: &[PortSpec]) -> Result<Topology
         } else {
             None
         };
-        let lsp = format!("{}.{}", p.name, p.node);
+        let lsp = vlan_port_name(&p.name);
         ls.ports.insert(
             lsp.clone(),
             SwitchPort {
@@ -169,7 +193,7 @@ pub fn plan_underlay(spec: &UnderlaySpec, ports: &[PortSpec]) -> Result<Topology
                 kind: SwitchPortKind::Workload {
                     mac: p.mac,
                     ip: p.ip,
-                    requested_chassis: p.node.clone(),
+                    requested_chassis: requested_chassis(p),
                     dhcp,
                 },
             },
@@ -223,10 +247,7 @@ mod tests {
         assert!(t.routers.is_empty());
         assert_eq!(t.switches.keys().collect::<Vec<_>>(), ["v-vlan116"]);
         let ls = &t.switches["v-vlan116"];
-        assert_eq!(
-            ls.ports.keys().collect::<Vec<_>>(),
-            ["v-ln", "w1.node-a", "w2.node-b"]
-        );
+        assert_eq!(ls.ports.keys().collect::<Vec<_>>(), ["v-ln", "w1", "w2"]);
         assert_eq!(
             ls.ports["v-ln"].kind,
             SwitchPortKind::Localnet {
@@ -234,7 +255,7 @@ mod tests {
                 tag: Some(116)
             }
         );
-        match &ls.ports["w1.node-a"].kind {
+        match &ls.ports["w1"].kind {
             SwitchPortKind::Workload {
                 ip,
                 requested_chassis,
@@ -254,13 +275,36 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            ls.ports["w2.node-b"].kind,
+            ls.ports["w2"].kind,
             SwitchPortKind::Workload { dhcp: None, .. }
         ));
-        assert_eq!(
-            ls.qos.iter().next().unwrap().r#match,
-            "inport == \"w2.node-b\""
-        );
+        assert_eq!(ls.qos.iter().next().unwrap().r#match, "inport == \"w2\"");
+    }
+
+    #[test]
+    fn a_migrating_port_is_one_port_bound_on_both_chassis() {
+        let mut p = port(1, "node-a");
+        p.also_on = vec!["node-b".into(), "node-a".into(), "node-b".into()];
+        let t = plan_underlay(&spec(), &[p.clone()]).unwrap();
+        let ls = &t.switches["v-vlan116"];
+        assert_eq!(ls.ports.keys().collect::<Vec<_>>(), ["v-ln", "w1"]);
+        match &ls.ports["w1"].kind {
+            SwitchPortKind::Workload {
+                requested_chassis, ..
+            } => assert_eq!(requested_chassis, "node-a,node-b", "main chassis first"),
+            other => panic!("{other:?}"),
+        }
+        // after the switchover: the same port (same name = same iface-id), target only
+        p.node = "node-b".into();
+        p.also_on.clear();
+        let after = plan_underlay(&spec(), &[p]).unwrap();
+        match &after.switches["v-vlan116"].ports["w1"].kind {
+            SwitchPortKind::Workload {
+                requested_chassis, ..
+            } => assert_eq!(requested_chassis, "node-b"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(vlan_port_name("w1"), "w1");
     }
 
     #[test]
@@ -269,7 +313,7 @@ mod tests {
         s.subnet = "192.0.2.1/26".parse().unwrap();
         s.gateway = "192.0.2.62".parse().unwrap();
         let t = plan_underlay(&s, &[port(1, "node-a")]).unwrap();
-        match &t.switches["v-vlan116"].ports["w1.node-a"].kind {
+        match &t.switches["v-vlan116"].ports["w1"].kind {
             SwitchPortKind::Workload { dhcp: Some(r), .. } => assert_eq!(r.cidr, "192.0.2.0/26"),
             other => panic!("{other:?}"),
         }
@@ -345,12 +389,6 @@ mod tests {
         assert!(matches!(
             err(&[port(1, "node-a"), port(1, "node-b")]),
             PlanError::DuplicatePort { .. }
-        ));
-        let mut migrating = port(1, "node-a");
-        migrating.also_on = vec!["node-b".into()];
-        assert!(matches!(
-            err(&[migrating]),
-            PlanError::UnderlayAlsoOn { .. }
         ));
 
         for physnet in ["", "a,b", "a:b", "a b"] {
