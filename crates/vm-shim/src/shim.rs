@@ -127,6 +127,9 @@ impl Shim {
     /// (or wait, in [`Mode::Incoming`]).
     pub async fn start(cfg: ShimConfig) -> Result<Shim> {
         let persisted = read_state(&cfg)?;
+        // libvirt prints every error on stderr by default ("domain not found" is an expected
+        // answer here); the shim reports the ones that matter itself
+        virt::error::clear_error_callback();
         crate::sys::start_event_loop().map_err(|e| Error::Libvirt {
             what: "start libvirt's event loop".into(),
             message: e,
@@ -462,7 +465,7 @@ impl Shim {
             if done.load(Ordering::SeqCst) {
                 break;
             }
-            if let Ok(s) = dom.job_stats(0)
+            if let Ok(s) = crate::sys::job_stats(dom, 0)
                 && s.r#type == sys::VIR_DOMAIN_JOB_UNBOUNDED as i32
             {
                 if !downtime_set && let Some(ms) = downtime {
@@ -470,7 +473,12 @@ impl Shim {
                 }
                 let mut st = lock(&self.inner.state);
                 if let Some(j) = st.job.as_mut().filter(|j| j.id == id) {
-                    j.stats = JobStats::from_libvirt(&s);
+                    // while running, libvirt's "downtime" is the one it aims at: report the
+                    // real one only after completion
+                    j.stats = JobStats {
+                        downtime_ms: None,
+                        ..JobStats::from_libvirt(&s)
+                    };
                 }
             }
             if !timed_out && Instant::now() > deadline {
@@ -588,14 +596,23 @@ impl Shim {
             match kind {
                 Lifecycle::ResumedAfterMigration | Lifecycle::ResumedPostCopy => {
                     let (conn, name) = (self.inner.conn.clone(), self.name().to_string());
+                    // the completed-job stats appear when libvirt's Finish phase is done,
+                    // which can be just after the resume event
                     let stats = blocking(move || {
-                        lookup(&conn, &name).and_then(|d| {
-                            d.job_stats(
-                                sys::VIR_DOMAIN_JOB_STATS_COMPLETED
-                                    | sys::VIR_DOMAIN_JOB_STATS_KEEP_COMPLETED,
-                            )
-                            .ok()
-                        })
+                        for _ in 0..50 {
+                            if let Some(d) = lookup(&conn, &name)
+                                && let Ok(s) = crate::sys::job_stats(
+                                    &d,
+                                    sys::VIR_DOMAIN_JOB_STATS_COMPLETED
+                                        | sys::VIR_DOMAIN_JOB_STATS_KEEP_COMPLETED,
+                                )
+                                && s.r#type == sys::VIR_DOMAIN_JOB_COMPLETED as i32
+                            {
+                                return Some(s);
+                            }
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                        None
                     })
                     .await;
                     let mut st = lock(&self.inner.state);

@@ -233,3 +233,36 @@ pub fn create_persistent_tap(name: &str) -> std::io::Result<()> {
     // closing `tun` leaves the persistent tap behind for QEMU to open by name
     Ok(())
 }
+
+/// The domain's job statistics (`virDomainGetJobStats`). Replaces `virt` 0.5's
+/// `Domain::job_stats`, which builds a `Vec` from libvirt's NULL pointer when there are no
+/// stats (no job, or no completed job yet) — undefined behaviour that aborts the process —
+/// and hands libvirt's allocation to Rust's allocator.
+pub fn job_stats(dom: &Domain, flags: u32) -> Result<virt::domain::JobStats, virt::error::Error> {
+    let mut kind: c_int = 0;
+    let mut params: sys::virTypedParameterPtr = std::ptr::null_mut();
+    let mut nparams: c_int = 0;
+    // SAFETY: `dom` is a live domain handle; libvirt writes the job type, allocates `params`
+    // (or leaves it NULL) and sets `nparams`, all through pointers to these locals.
+    let r = unsafe {
+        sys::virDomainGetJobStats(dom.as_ptr(), &mut kind, &mut params, &mut nparams, flags)
+    };
+    if r < 0 {
+        return Err(virt::error::Error::last_error());
+    }
+    let copied = if params.is_null() || nparams <= 0 {
+        Vec::new()
+    } else {
+        // SAFETY: libvirt returned `nparams` initialized parameters at `params`; they are
+        // copied (plain data; string values keep pointing into libvirt's allocation, which
+        // is only freed below, after the conversion has copied them).
+        unsafe { std::slice::from_raw_parts(params, nparams as usize) }.to_vec()
+    };
+    let stats = virt::domain::JobStats::from((kind, copied));
+    if !params.is_null() {
+        // SAFETY: `params`/`nparams` are what libvirt allocated above; freed once, after the
+        // last use of the copies' string pointers (in the conversion).
+        unsafe { sys::virTypedParamsFree(params, nparams) };
+    }
+    Ok(stats)
+}
