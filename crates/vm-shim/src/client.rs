@@ -15,6 +15,18 @@ use serde::de::DeserializeOwned;
 use crate::api::{self, ApiError, Events, Health, Job, MigrateRequest, Prepared, Status, path};
 use crate::{Error, Result};
 
+/// An error with its causes: hyper's own message ("client error (Connect)") says little.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
 /// Deadline of one request (the events long poll adds its wait).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -85,7 +97,7 @@ impl ShimClient {
         })
         .await
         .map_err(|_| self.peer_err(None, format!("no answer within {timeout:?}")))?
-        .map_err(|e| self.peer_err(None, format!("unreachable: {e}")))?;
+        .map_err(|e| self.peer_err(None, format!("unreachable: {}", chain(e.as_ref()))))?;
         let (status, bytes) = resp;
         if !(200..300).contains(&status) {
             let message = serde_json::from_slice::<ApiError>(&bytes)
