@@ -413,8 +413,7 @@ pub fn node_command(lab: &Lab, node: &str, program: &str) -> Command {
 pub fn shim_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("the test's own path");
     // target/debug/deps/<test> or target/debug/<bench>
-    let bin = exe
-        .ancestors()
+    exe.ancestors()
         .skip(1)
         .take(2)
         .map(|d| d.join("roam-shim"))
@@ -424,8 +423,7 @@ pub fn shim_binary() -> PathBuf {
                 "no roam-shim binary next to {}: run `cargo build -p roam-vm-shim --bin roam-shim` first",
                 exe.display()
             )
-        });
-    bin
+        })
 }
 
 /// One VM as the lab's shim tests describe it.

@@ -57,12 +57,20 @@ async fn run(cfg: config::ShimConfig) -> anyhow::Result<()> {
     let server = tokio::spawn(server::serve(shim.clone(), listener, stop_rx));
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-    }
+    let lost = tokio::select! {
+        _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); false }
+        _ = int.recv() => { tracing::info!("SIGINT: shutting down"); false }
+        _ = shim.lost() => true,
+    };
     let _ = stop_tx.send(true);
     let _ = server.await;
+    if lost {
+        // nothing to clean up without libvirt; a restarted shim re-attaches
+        anyhow::bail!(
+            "lost the connection to libvirtd ({}): exiting so that the shim is restarted",
+            shim.config().libvirt_uri
+        );
+    }
     shim.shutdown().await;
     Ok(())
 }

@@ -79,6 +79,8 @@ struct Inner {
     state: Mutex<State>,
     log: Mutex<EventLog>,
     latest: watch::Sender<u64>,
+    /// Turns true when a libvirt connection is lost.
+    lost: watch::Sender<bool>,
     next_job: AtomicU64,
     _subscription: LifecycleSubscription,
 }
@@ -149,6 +151,7 @@ impl Shim {
         let subscription = LifecycleSubscription::new(&events_conn, tx)
             .map_err(|e| Error::libvirt("subscribe to domain lifecycle events", e))?;
         let (latest, _) = watch::channel(0);
+        let (lost, _) = watch::channel(false);
         let shim = Shim {
             inner: Arc::new(Inner {
                 cfg,
@@ -162,10 +165,12 @@ impl Shim {
                     next_seq: 1,
                 }),
                 latest,
+                lost,
                 next_job: AtomicU64::new(1),
                 _subscription: subscription,
             }),
         };
+        tokio::spawn(shim.clone().watch_connections(events_conn.clone()));
         tokio::spawn(shim.clone().event_task(rx, events_conn));
         shim.attach_or_boot().await?;
         Ok(shim)
@@ -629,6 +634,30 @@ impl Shim {
                 _ => {}
             }
         }
+    }
+
+    /// Check both libvirt connections every 2 s (libvirt's event loop watches their sockets
+    /// and the events connection's keepalive); flag [`Shim::lost`] when one is gone.
+    async fn watch_connections(self, events_conn: Connect) {
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let (c, e) = (self.inner.conn.clone(), events_conn.clone());
+            let alive =
+                blocking(move || c.is_alive().unwrap_or(false) && e.is_alive().unwrap_or(false))
+                    .await;
+            if !alive {
+                tracing::error!(uri = %self.inner.cfg.libvirt_uri, "lost the connection to libvirtd");
+                self.inner.lost.send_replace(true);
+                return;
+            }
+        }
+    }
+
+    /// Resolves when a connection to libvirtd is lost: the shim then cannot see events or
+    /// control its domain, and should exit so that it is restarted (and re-attaches).
+    pub async fn lost(&self) {
+        let mut rx = self.inner.lost.subscribe();
+        let _ = rx.wait_for(|lost| *lost).await;
     }
 
     /// Graceful shutdown: the domain keeps running; the tap and OVS port go only when no
