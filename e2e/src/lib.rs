@@ -558,6 +558,14 @@ impl ShimProcess {
             .and_then(|c| c.try_wait().ok().flatten())
     }
 
+    /// SIGKILL (a crash), and reap it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// SIGTERM, and wait (up to 20 s, then SIGKILL) for it to exit.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
         let mut child = self.child.take()?;

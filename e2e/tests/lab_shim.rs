@@ -423,6 +423,39 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
         (&b, &cb, "node-b"),
         &vm.token,
     );
+
+    // node-a's shim crashes after the switchover and comes back in boot mode: its state file
+    // says it booted the VM once, so it does not boot a second copy; it can receive the VM
+    a.kill();
+    drop(a);
+    let mut a = ShimProcess::start(&lab, &vm, "node-a", PORT_A, "boot");
+    wait_healthy(&rt, &mut a, &ca);
+    assert_eq!(
+        rt.block_on(ca.status()).unwrap().domain,
+        DomainState::Absent
+    );
+    assert!(
+        libvirt_state(&lab, "node-a").is_none(),
+        "no second domain on node-a"
+    );
+    assert!(
+        a.log_tail(10).contains("not booting it again"),
+        "{}",
+        a.log_tail(10)
+    );
+    // node-b's shim crashes while it owns the VM: the VM runs on; the new shim re-attaches
+    let (b_id, _) = libvirt_state(&lab, "node-b").expect("the domain on node-b");
+    b.kill();
+    drop(b);
+    assert!(
+        probe.ping_once(GUEST_IP),
+        "the VM runs while its shim is dead"
+    );
+    let mut b = ShimProcess::start(&lab, &vm, "node-b", PORT_B, "incoming");
+    wait_healthy(&rt, &mut b, &cb);
+    assert_eq!(libvirt_state(&lab, "node-b"), Some((b_id, true)));
+    assert!(b.log_tail(10).contains("re-attached"), "{}", b.log_tail(10));
+
     live_migrate(
         &rt,
         &lab,
@@ -442,6 +475,26 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
         1,
         "the guest never rebooted"
     );
+
+    // the source shim after a switchover stops cleanly and takes its tap and OVS port along;
+    // the VM's shim stops and leaves its VM running
+    let node_b = lab.node("node-b");
+    assert!(b.stop().expect("running").success(), "{}", b.log_tail(10));
+    assert!(
+        try_run("ip", &["-n", &node_b.netns, "link", "show", TAP]).is_err(),
+        "node-b's tap is gone"
+    );
+    let ports = roam_e2e::vsctl(&node_b, &["list-ports", "br-int"]);
+    assert!(
+        !ports.lines().any(|p| p == TAP),
+        "node-b's OVS port is gone"
+    );
+    assert!(a.stop().expect("running").success(), "{}", a.log_tail(10));
+    assert!(
+        libvirt_state(&lab, "node-a").is_some_and(|(_, active)| active),
+        "the VM keeps running without its shim"
+    );
+    assert!(probe.ping_once(GUEST_IP));
 
     drop((a, b));
     drop(probe);
