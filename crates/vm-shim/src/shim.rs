@@ -47,6 +47,31 @@ pub fn unix_ns(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
+/// What a starting shim does with its VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartAction {
+    /// A domain of the VM's name is on this node: take it over (a restarted shim).
+    ReAttach,
+    /// Boot the VM.
+    Boot,
+    /// Wait for an incoming migration.
+    WaitForMigration,
+    /// Boot mode, but this shim booted the VM before and it is not here any more (it
+    /// migrated away): booting it again would run two copies with one MAC and IP.
+    NoSecondBoot,
+}
+
+/// The decision at start (pure): whether a domain of the VM's name is on this node, the
+/// mode, and whether the state file says this shim booted the VM before.
+pub fn start_action(domain_here: bool, mode: Mode, booted_before: bool) -> StartAction {
+    match (domain_here, mode, booted_before) {
+        (true, _, _) => StartAction::ReAttach,
+        (false, Mode::Incoming, _) => StartAction::WaitForMigration,
+        (false, Mode::Boot, true) => StartAction::NoSecondBoot,
+        (false, Mode::Boot, false) => StartAction::Boot,
+    }
+}
+
 /// What the state file records.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct Persisted {
@@ -192,19 +217,21 @@ impl Shim {
 
     async fn attach_or_boot(&self) -> Result<()> {
         let cfg = &self.inner.cfg;
-        if let Some(dom) = self.domain().await {
-            let state = blocking(move || domain_state(Some(&dom))).await;
-            tracing::info!(vm = %self.name(), ?state, "re-attached to the running domain");
-            // the tap exists (QEMU holds it); make sure OVS still carries it
-            net::ensure_ovs_port(&cfg.ovs_db, &cfg.bridge, &cfg.vm.nic.tap, &cfg.ovn_port).await?;
-            return Ok(());
-        }
-        match cfg.mode {
-            Mode::Incoming => {
+        let dom = self.domain().await;
+        let booted = lock(&self.inner.state).persisted.booted;
+        match start_action(dom.is_some(), cfg.mode, booted) {
+            StartAction::ReAttach => {
+                let dom = dom.expect("a domain is here");
+                let state = blocking(move || domain_state(Some(&dom))).await;
+                tracing::info!(vm = %self.name(), ?state, "re-attached to the running domain");
+                // the tap exists (QEMU holds it); make sure OVS still carries it
+                net::ensure_ovs_port(&cfg.ovs_db, &cfg.bridge, &cfg.vm.nic.tap, &cfg.ovn_port).await
+            }
+            StartAction::WaitForMigration => {
                 tracing::info!(vm = %self.name(), "waiting for an incoming migration");
                 Ok(())
             }
-            Mode::Boot if lock(&self.inner.state).persisted.booted => {
+            StartAction::NoSecondBoot => {
                 tracing::warn!(
                     vm = %self.name(),
                     state_file = %cfg.state_file.display(),
@@ -212,7 +239,7 @@ impl Shim {
                 );
                 Ok(())
             }
-            Mode::Boot => self.boot().await,
+            StartAction::Boot => self.boot().await,
         }
     }
 
@@ -715,4 +742,30 @@ fn write_state(cfg: &ShimConfig, p: &Persisted) -> Result<()> {
     };
     std::fs::write(&tmp, serde_json::to_vec(p).expect("plain data serializes")).map_err(io)?;
     std::fs::rename(&tmp, &cfg.state_file).map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shim_boots_its_vm_at_most_once_and_re_attaches_to_a_running_one() {
+        use StartAction::*;
+        assert_eq!(start_action(false, Mode::Boot, false), Boot);
+        assert_eq!(start_action(false, Mode::Boot, true), NoSecondBoot);
+        assert_eq!(start_action(true, Mode::Boot, false), ReAttach);
+        assert_eq!(start_action(true, Mode::Boot, true), ReAttach);
+        assert_eq!(start_action(true, Mode::Incoming, false), ReAttach);
+        assert_eq!(start_action(false, Mode::Incoming, false), WaitForMigration);
+        assert_eq!(start_action(false, Mode::Incoming, true), WaitForMigration);
+    }
+
+    #[test]
+    fn timestamps_are_unix_nanoseconds() {
+        assert_eq!(
+            unix_ns(UNIX_EPOCH + Duration::from_millis(1500)),
+            1_500_000_000
+        );
+        assert_eq!(unix_ns(UNIX_EPOCH), 0);
+    }
 }
