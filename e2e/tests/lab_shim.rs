@@ -476,6 +476,75 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
         "the guest never rebooted"
     );
 
+    // the timeout: a migration too slow for it is aborted at the deadline; the VM stays
+    let mut slow = migrate_req(&b, &vm.token);
+    slow.bandwidth_mib_s = Some(1);
+    slow.timeout_s = Some(2);
+    let job = rt
+        .block_on(ca.migrate(&slow))
+        .expect("start a slow migration");
+    let job = rt
+        .block_on(ca.wait_job(job.id, Duration::from_secs(60)))
+        .unwrap();
+    assert_eq!(job.state, JobState::Aborted, "{job:?}");
+    let why = job.error.unwrap_or_default();
+    assert!(why.contains("timed out after 2 s"), "{why}");
+    assert_eq!(
+        rt.block_on(ca.status()).unwrap().domain,
+        DomainState::Running
+    );
+
+    // post-copy allowed (with auto-converge and a max downtime): at the deadline the shim
+    // switches to post-copy and the migration completes on node-b; then back to node-a
+    let lsp = format!("{VM}.node-a");
+    set_port_chassis(&lab, &lsp, &["node-a", "node-b"]);
+    let seq = events(&rt, &ca).last().map(|e| e.seq).unwrap_or(0);
+    let mut pc = slow.clone();
+    pc.post_copy = true;
+    pc.auto_converge = true;
+    pc.max_downtime_ms = Some(100);
+    let job = rt
+        .block_on(ca.migrate(&pc))
+        .expect("start a post-copy migration");
+    let job = rt
+        .block_on(ca.wait_job(job.id, Duration::from_secs(120)))
+        .unwrap();
+    assert_eq!(
+        job.state,
+        JobState::Completed,
+        "{job:?}\n{}",
+        a.log_tail(20)
+    );
+    set_port_chassis(&lab, &lsp, &["node-b"]);
+    let kinds: Vec<Lifecycle> = rt
+        .block_on(ca.events(seq, Duration::ZERO))
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(
+        kinds.contains(&Lifecycle::SuspendedForPostCopy),
+        "the source paused for post-copy: {kinds:?}"
+    );
+    println!("post-copy: source events {kinds:?}, stats {:?}", job.stats);
+    wait_until(Duration::from_secs(30), "the guest on node-b", || {
+        probe.ping_once(GUEST_IP).then_some(())
+    });
+    live_migrate(
+        &rt,
+        &lab,
+        &probe,
+        (&b, &cb, "node-b"),
+        (&a, &ca, "node-a"),
+        &vm.token,
+    );
+    assert_eq!(
+        vm.serial_text().matches("ROAM-GUEST-SERVICES-UP").count(),
+        1,
+        "the guest never rebooted"
+    );
+
     // the source shim after a switchover stops cleanly and takes its tap and OVS port along;
     // the VM's shim stops and leaves its VM running
     let node_b = lab.node("node-b");

@@ -437,7 +437,8 @@ impl Shim {
         };
         let res = dom.migrate_to_uri3(Some(&prepared.libvirt_uri), params, flags);
         done.store(true, Ordering::SeqCst);
-        let _ = watcher.join();
+        let timed_out = watcher.join().unwrap_or(false);
+        let timeout_s = req.timeout().as_secs();
         match res {
             Ok(()) => {
                 // the final stats (with the downtime) are the target's: the source's
@@ -473,12 +474,19 @@ impl Shim {
                 } else {
                     JobState::Failed
                 };
-                tracing::warn!(vm = %self.name(), job = id, ?state, "migration ended: {e}");
-                self.finish_job(id, state, Some(e.to_string()), None);
+                let why = if timed_out {
+                    format!("timed out after {timeout_s} s and aborted (libvirt: {e})")
+                } else {
+                    e.to_string()
+                };
+                tracing::warn!(vm = %self.name(), job = id, ?state, "migration ended: {why}");
+                self.finish_job(id, state, Some(why), None);
             }
         }
     }
 
+    /// Sample the job's stats until `done`; at the deadline switch to post-copy (when
+    /// allowed) or abort. Returns whether the deadline passed.
     #[allow(clippy::too_many_arguments)]
     fn watch_job(
         &self,
@@ -489,7 +497,7 @@ impl Shim {
         deadline: Instant,
         post_copy: bool,
         downtime: Option<u64>,
-    ) {
+    ) -> bool {
         let mut downtime_set = false;
         let mut timed_out = false;
         while !done.load(Ordering::SeqCst) {
@@ -529,6 +537,7 @@ impl Shim {
                 }
             }
         }
+        timed_out
     }
 
     fn finish_job(&self, id: u64, state: JobState, error: Option<String>, stats: Option<JobStats>) {
@@ -626,39 +635,51 @@ impl Shim {
             self.inner.latest.send_replace(seq);
             tracing::info!(vm = %self.name(), ?kind, seq, "lifecycle event");
             match kind {
-                Lifecycle::ResumedAfterMigration | Lifecycle::ResumedPostCopy => {
-                    let (conn, name) = (self.inner.conn.clone(), self.name().to_string());
-                    // the completed-job stats appear when libvirt's Finish phase is done,
-                    // which can be just after the resume event
-                    let stats = blocking(move || {
-                        for _ in 0..50 {
-                            if let Some(d) = lookup(&conn, &name)
-                                && let Ok(s) = crate::sys::job_stats(
-                                    &d,
-                                    sys::VIR_DOMAIN_JOB_STATS_COMPLETED
-                                        | sys::VIR_DOMAIN_JOB_STATS_KEEP_COMPLETED,
-                                )
-                                && s.r#type == sys::VIR_DOMAIN_JOB_COMPLETED as i32
-                            {
-                                return Some(s);
-                            }
-                            std::thread::sleep(Duration::from_millis(100));
-                        }
-                        None
-                    })
-                    .await;
-                    let mut st = lock(&self.inner.state);
-                    st.incoming = false;
-                    st.last_incoming = Some(Incoming {
-                        resumed_unix_ns: unix_ns(raw.at),
-                        stats: stats
-                            .as_ref()
-                            .map(JobStats::from_libvirt)
-                            .unwrap_or_default(),
-                    });
+                // post-copy: the VM runs here, memory still arriving; the job completes at
+                // the resumed-after-migration event that follows
+                Lifecycle::ResumedPostCopy => lock(&self.inner.state).incoming = false,
+                Lifecycle::ResumedAfterMigration => {
+                    lock(&self.inner.state).incoming = false;
+                    // off the event path: events keep flowing while the stats are fetched
+                    tokio::spawn(self.clone().record_incoming(unix_ns(raw.at)));
                 }
                 Lifecycle::IncomingFailed => lock(&self.inner.state).incoming = false,
                 _ => {}
+            }
+        }
+    }
+
+    /// Record the completed incoming migration's stats (the target's view, with the
+    /// downtime). They appear when libvirt's Finish phase is done, which can be just after the
+    /// resume event.
+    async fn record_incoming(self, resumed_unix_ns: u64) {
+        let (conn, name) = (self.inner.conn.clone(), self.name().to_string());
+        let stats = blocking(move || {
+            for _ in 0..50 {
+                if let Some(d) = lookup(&conn, &name)
+                    && let Ok(s) = crate::sys::job_stats(
+                        &d,
+                        sys::VIR_DOMAIN_JOB_STATS_COMPLETED
+                            | sys::VIR_DOMAIN_JOB_STATS_KEEP_COMPLETED,
+                    )
+                    && s.r#type == sys::VIR_DOMAIN_JOB_COMPLETED as i32
+                {
+                    return Some(s);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            None
+        })
+        .await;
+        match stats {
+            Some(s) => {
+                lock(&self.inner.state).last_incoming = Some(Incoming {
+                    resumed_unix_ns,
+                    stats: JobStats::from_libvirt(&s),
+                })
+            }
+            None => {
+                tracing::warn!(vm = %self.name(), "no completed-job stats for the incoming migration")
             }
         }
     }
