@@ -3,10 +3,12 @@
 //! OVN's DHCP in the serial log), refuses a wrong token (401, nothing happens), a bad request
 //! (400) and an unreachable target (502, the VM stays), survives its own restart (re-attaches
 //! to the same domain), aborts a slow migration (the VM keeps running on the source),
-//! refuses a second migration while one runs (409), and live-migrates node-a → node-b → node-a
-//! while a 2 ms ping runs, reporting the suspended-for-migration / resumed-after-migration
-//! events in order with their timestamps. A bad spec (missing kernel, 0 vCPUs, bad memory)
-//! is a clear error and creates nothing.
+//! refuses a second migration while one runs (409), and live-migrates node-a → node-b →
+//! node-a while a 2 ms ping runs, reporting the suspended-for-migration /
+//! resumed-after-migration events in order with their timestamps. Crashed shims (SIGKILL)
+//! come back without a second domain; a migration past its timeout is aborted, or switched to
+//! post-copy when allowed; a stopped source shim takes its tap and OVS port along. A bad spec
+//! (missing kernel, 0 vCPUs, bad memory) is a clear error and creates nothing.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -423,6 +425,16 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
         (&b, &cb, "node-b"),
         &vm.token,
     );
+
+    // the VM is on node-b now: node-b cannot prepare for it, node-a cannot migrate it (409)
+    let msg = expect_status(rt.block_on(cb.prepare()).unwrap_err(), 409);
+    assert!(msg.contains("already on node node-b"), "{msg}");
+    let msg = expect_status(
+        rt.block_on(ca.migrate(&migrate_req(&b, &vm.token)))
+            .unwrap_err(),
+        409,
+    );
+    assert!(msg.contains("does not run on node node-a"), "{msg}");
 
     // node-a's shim crashes after the switchover and comes back in boot mode: its state file
     // says it booted the VM once, so it does not boot a second copy; it can receive the VM
