@@ -577,6 +577,33 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
     );
     assert!(probe.ping_once(GUEST_IP));
 
+    // the emulator dies (SIGKILL to QEMU): the re-attached shim reports it and sees no domain
+    let mut a = ShimProcess::start(&lab, &vm, "node-a", PORT_A, "boot");
+    wait_healthy(&rt, &mut a, &ca);
+    let seq = events(&rt, &ca).last().map(|e| e.seq).unwrap_or(0);
+    let pidfile = lab
+        .dir()
+        .join("node-a/fs_run/libvirt/qemu")
+        .join(format!("{VM}.pid"));
+    let qemu = std::fs::read_to_string(&pidfile).expect("QEMU's pid file");
+    try_run("kill", &["-9", qemu.trim()]).expect("kill QEMU");
+    let died = wait_until(
+        Duration::from_secs(30),
+        "the shim to report QEMU's death",
+        || {
+            rt.block_on(ca.events(seq, Duration::from_millis(500)))
+                .ok()?
+                .events
+                .into_iter()
+                .find(|e| matches!(e.kind, Lifecycle::Failed | Lifecycle::Crashed))
+        },
+    );
+    println!("QEMU killed: {:?} (libvirt {:?})", died.kind, died.libvirt);
+    assert_eq!(
+        rt.block_on(ca.status()).unwrap().domain,
+        DomainState::Absent
+    );
+
     drop((a, b));
     drop(probe);
     drop(cleanup);

@@ -32,8 +32,9 @@ pub enum Lifecycle {
     MigratedAway,
     /// Stopped: shut down or destroyed.
     Stopped,
-    /// Stopped because an incoming migration failed (target side).
-    IncomingFailed,
+    /// QEMU or libvirt failed: the emulator died, or an incoming migration failed (target
+    /// side, e.g. after an abort).
+    Failed,
     /// The guest crashed (QEMU or the guest kernel).
     Crashed,
     /// Any other libvirt lifecycle event (defined, undefined, PM suspend, ...).
@@ -62,7 +63,7 @@ impl Lifecycle {
             sys::VIR_DOMAIN_EVENT_STOPPED => match d {
                 sys::VIR_DOMAIN_EVENT_STOPPED_MIGRATED => Lifecycle::MigratedAway,
                 sys::VIR_DOMAIN_EVENT_STOPPED_CRASHED => Lifecycle::Crashed,
-                sys::VIR_DOMAIN_EVENT_STOPPED_FAILED => Lifecycle::IncomingFailed,
+                sys::VIR_DOMAIN_EVENT_STOPPED_FAILED => Lifecycle::Failed,
                 _ => Lifecycle::Stopped,
             },
             sys::VIR_DOMAIN_EVENT_CRASHED => Lifecycle::Crashed,
@@ -161,7 +162,7 @@ mod tests {
                 sys::VIR_DOMAIN_EVENT_STOPPED,
                 sys::VIR_DOMAIN_EVENT_STOPPED_FAILED
             ),
-            Lifecycle::IncomingFailed
+            Lifecycle::Failed
         );
         assert_eq!(
             map(

@@ -643,7 +643,9 @@ impl Shim {
                     // off the event path: events keep flowing while the stats are fetched
                     tokio::spawn(self.clone().record_incoming(unix_ns(raw.at)));
                 }
-                Lifecycle::IncomingFailed => lock(&self.inner.state).incoming = false,
+                Lifecycle::Failed | Lifecycle::Stopped | Lifecycle::Crashed => {
+                    lock(&self.inner.state).incoming = false
+                }
                 _ => {}
             }
         }
