@@ -6,7 +6,8 @@
 //! refuses a second migration while one runs (409), and live-migrates node-a → node-b →
 //! node-a while a 2 ms ping runs, reporting the suspended-for-migration /
 //! resumed-after-migration events in order with their timestamps. Crashed shims (SIGKILL)
-//! come back without a second domain; a migration past its timeout is aborted, or switched to
+//! come back without a second domain (also when the source shim dies mid-migration: the
+//! source libvirtd finishes the peer-to-peer migration); a migration past its timeout is aborted, or switched to
 //! post-copy when allowed; a stopped source shim takes its tap and OVS port along. A bad spec
 //! (missing kernel, 0 vCPUs, bad memory) is a clear error and creates nothing.
 
@@ -543,6 +544,47 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
     wait_until(Duration::from_secs(30), "the guest on node-b", || {
         probe.ping_once(GUEST_IP).then_some(())
     });
+    live_migrate(
+        &rt,
+        &lab,
+        &probe,
+        (&b, &cb, "node-b"),
+        (&a, &ca, "node-a"),
+        &vm.token,
+    );
+
+    // the source shim dies mid-migration (SIGKILL): the source libvirtd drives the
+    // peer-to-peer migration to its end; the restarted shim does not boot a second copy
+    set_port_chassis(&lab, &lsp, &["node-a", "node-b"]);
+    let mut medium = migrate_req(&b, &vm.token);
+    medium.bandwidth_mib_s = Some(10);
+    rt.block_on(ca.migrate(&medium)).expect("start a migration");
+    wait_until(
+        Duration::from_secs(30),
+        "the migration to move data",
+        || {
+            let j = rt.block_on(ca.progress()).ok()?;
+            (j.stats.data_processed.unwrap_or(0) > 0).then_some(())
+        },
+    );
+    a.kill();
+    drop(a);
+    wait_until(
+        Duration::from_secs(120),
+        "the migration to complete without its shim",
+        || {
+            rt.block_on(cb.status())
+                .ok()
+                .filter(|s| s.domain == DomainState::Running)
+        },
+    );
+    set_port_chassis(&lab, &lsp, &["node-b"]);
+    let mut a = ShimProcess::start(&lab, &vm, "node-a", PORT_A, "boot");
+    wait_healthy(&rt, &mut a, &ca);
+    assert_eq!(
+        rt.block_on(ca.status()).unwrap().domain,
+        DomainState::Absent
+    );
     live_migrate(
         &rt,
         &lab,
