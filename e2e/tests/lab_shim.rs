@@ -7,9 +7,10 @@
 //! node-a while a 2 ms ping runs, reporting the suspended-for-migration /
 //! resumed-after-migration events in order with their timestamps. Crashed shims (SIGKILL)
 //! come back without a second domain (also when the source shim dies mid-migration: the
-//! source libvirtd finishes the peer-to-peer migration); a migration past its timeout is aborted, or switched to
-//! post-copy when allowed; a stopped source shim takes its tap and OVS port along. A bad spec
-//! (missing kernel, 0 vCPUs, bad memory) is a clear error and creates nothing.
+//! source libvirtd finishes the peer-to-peer migration); a migration past its timeout is
+//! aborted, or switched to post-copy when allowed; a killed QEMU is reported; a stopped source
+//! shim takes its tap and OVS port along. A bad spec (missing kernel, 0 vCPUs, bad memory) is
+//! a clear error and creates nothing.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
