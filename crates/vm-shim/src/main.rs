@@ -22,7 +22,15 @@ keys (JSON file or flags; a flag overrides the file):
   listen token-file state-file mode(boot|incoming) kvm             the shim
 ";
 
-fn main() -> anyhow::Result<()> {
+fn main() {
+    if let Err(e) = real_main() {
+        // the error's chain, without a backtrace: it says what is wrong and what to do
+        eprintln!("roam-shim: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
