@@ -1,15 +1,34 @@
-//! roam-shim's library: the VM runtime inside a launcher pod.
+//! roam-shim's library: the VM runtime inside a launcher pod. One shim owns one libvirt
+//! domain on its node and is the migrator's only way to touch that VM.
 //!
-//! - [`spec`]: what a VM is made of (vCPUs, memory, boot source, NIC, serial log) and its
-//!   validation — pure.
-//! - [`domain`]: the libvirt domain XML for a [`VmSpec`](spec::VmSpec) — pure.
+//! Pure parts (unit-tested without I/O):
+//! - [`spec`]: what a VM is made of and its validation;
+//! - [`domain`]: the libvirt domain XML for a [`VmSpec`](spec::VmSpec);
+//! - [`config`]: the shim's configuration (JSON file and flags), checked before anything is
+//!   touched;
+//! - [`api`]: the migration API's endpoints, request/response types and request validation;
+//! - [`events`]: libvirt lifecycle events in the migrator's words;
+//! - [`auth`]: the bearer-token check (constant time).
 //!
-//! To come (roam-shim issue): the libvirt adapter (start, re-attach, state), the
-//! authenticated migration API, lifecycle events.
+//! I/O adapters:
+//! - [`shim`]: the runtime (libvirt connection, boot / re-attach, migration jobs, event log);
+//! - [`server`] / [`client`]: the HTTP/1.1 JSON API and its async client;
+//! - [`net`]: the tap and its OVS port;
+//! - [`sys`]: the crate's only `unsafe` code (libvirt events and job control, TUN ioctls),
+//!   behind safe functions.
 #![warn(missing_docs)]
 
+pub mod api;
+pub mod auth;
+pub mod client;
+pub mod config;
 pub mod domain;
 mod error;
+pub mod events;
+pub mod net;
+pub mod server;
+pub mod shim;
 pub mod spec;
+pub mod sys;
 
 pub use error::{Error, Result};

@@ -1,17 +1,84 @@
-//! roam-shim: the VM runtime inside a launcher pod. It will own one libvirt domain and serve
-//! the migration API (roam-shim issue); this binary only identifies itself so far.
+//! roam-shim: the VM runtime inside a launcher pod. It owns one libvirt domain on its node
+//! (boots it, or re-attaches to it after a restart, or receives it by live migration) and
+//! serves the authenticated migration API (see the library's `api` module).
+//!
+//! Configuration: `--config FILE` (JSON) and/or `--KEY VALUE` flags (see the library's
+//! `config` module). SIGTERM or SIGINT: graceful shutdown; the domain keeps running.
 
-use anyhow::bail;
+use anyhow::Context;
+use roam_vm_shim::{config, server, shim::Shim};
+use tokio::signal::unix::{SignalKind, signal};
 
-fn main() -> anyhow::Result<()> {
+const HELP: &str = "\
+roam-shim: owns one libvirt domain and serves its migration API
+
+  roam-shim [--config FILE] [--KEY VALUE ...]
+
+keys (JSON file or flags; a flag overrides the file):
+  name vcpus memory-mib kernel initrd cmdline | disk disk-format   the VM
+  mac tap ovn-port serial-log                                      its NIC and console
+  node libvirt-uri peer-libvirt-uri migration-uri                  this node
+  ovs-db bridge(br-int)                                            this node's OVS
+  listen token-file state-file mode(boot|incoming) kvm             the shim
+";
+
+fn main() {
+    if let Err(e) = real_main() {
+        // the error's chain, without a backtrace: it says what is wrong and what to do
+        eprintln!("roam-shim: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .init();
-    match std::env::args().nth(1).as_deref() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
         Some("--version") => {
             println!("roam-shim {}", env!("CARGO_PKG_VERSION"));
-            Ok(())
+            return Ok(());
         }
-        _ => bail!("roam-shim: not implemented yet (see README, Status)"),
+        Some("--help") | Some("-h") => {
+            print!("{HELP}");
+            return Ok(());
+        }
+        _ => {}
     }
+    // everything is checked before anything is touched
+    let cfg = config::load(&args)?;
+    tokio::runtime::Runtime::new()?.block_on(run(cfg))
+}
+
+async fn run(cfg: config::ShimConfig) -> anyhow::Result<()> {
+    let listen = cfg.listen;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("listen on {listen}"))?;
+    let shim = Shim::start(cfg).await?;
+    tracing::info!(%listen, "serving the migration API");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(server::serve(shim.clone(), listener, stop_rx));
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let lost = tokio::select! {
+        _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); false }
+        _ = int.recv() => { tracing::info!("SIGINT: shutting down"); false }
+        _ = shim.lost() => true,
+    };
+    let _ = stop_tx.send(true);
+    let _ = server.await;
+    if lost {
+        // nothing to clean up without libvirt; a restarted shim re-attaches
+        anyhow::bail!(
+            "lost the connection to libvirtd ({}): exiting so that the shim is restarted",
+            shim.config().libvirt_uri
+        );
+    }
+    shim.shutdown().await;
+    Ok(())
 }

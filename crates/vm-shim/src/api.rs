@@ -1,0 +1,443 @@
+//! The shim's migration API: HTTP/1.1 with JSON bodies, the request and response types shared
+//! by the server ([`crate::server`]) and the client ([`crate::client::ShimClient`]).
+//!
+//! # Authentication
+//!
+//! Every endpoint except `health` needs `Authorization: Bearer <token>`, the VM's token (a
+//! file named on the shim's command line; in a cluster a mounted Secret shared by the VM's
+//! source and target shims). The shim compares it in constant time. A missing or wrong token
+//! gets `401` with an [`ApiError`] body, and nothing happens.
+//!
+//! # Endpoints
+//!
+//! | method, path | body → answer | what |
+//! |---|---|---|
+//! | `GET /v1/health` | → [`Health`] | the shim serves (no token needed: a liveness probe) |
+//! | `GET /v1/status` | → [`Status`] | domain state on this node, the node, the current or last job, the last incoming migration |
+//! | `POST /v1/prepare` | → [`Prepared`] | **target**: create the tap and its OVS port (`iface-id` = the OVN port) and get ready to receive; answers what the source needs: the target libvirt URI and migration URI. `409` when the VM already runs here or a job runs |
+//! | `POST /v1/migrate` | [`MigrateRequest`] → `202` [`Job`] | **source**: prepare the target shim, then live-migrate to it. `409` while a job runs or when the VM does not run here; `502` when the target shim is unreachable or refuses (nothing started) |
+//! | `GET /v1/progress` | → [`Job`] | the current or last job with libvirt's job stats; after completion the final downtime |
+//! | `POST /v1/abort` | → `202` [`Job`] | abort the running migration; the VM keeps running here. `409` when none runs |
+//! | `GET /v1/events?after=N&wait_ms=M` | → [`Events`] | lifecycle events with `seq > N`; waits up to `M` ms (≤ 30 000) for one to arrive (long poll) |
+//!
+//! Errors are JSON [`ApiError`]s: `400` bad request, `401` bad token, `404` unknown path,
+//! `409` conflict, `502` target shim, `500` libvirt/OVS trouble.
+
+use serde::{Deserialize, Serialize};
+
+use crate::events::Event;
+
+/// API paths.
+pub mod path {
+    /// `GET`: liveness.
+    pub const HEALTH: &str = "/v1/health";
+    /// `GET`: state.
+    pub const STATUS: &str = "/v1/status";
+    /// `POST`: target side preparation.
+    pub const PREPARE: &str = "/v1/prepare";
+    /// `POST`: start a migration (source).
+    pub const MIGRATE: &str = "/v1/migrate";
+    /// `GET`: job progress.
+    pub const PROGRESS: &str = "/v1/progress";
+    /// `POST`: abort the running migration.
+    pub const ABORT: &str = "/v1/abort";
+    /// `GET`: lifecycle events (long poll).
+    pub const EVENTS: &str = "/v1/events";
+}
+
+/// Longest long-poll wait the server grants.
+pub const MAX_EVENT_WAIT_MS: u64 = 30_000;
+
+/// An error answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiError {
+    /// Short machine-readable kind: `bad-request`, `unauthorized`, `not-found`, `conflict`,
+    /// `target`, `internal`.
+    pub code: String,
+    /// What was wrong and what to do.
+    pub error: String,
+}
+
+/// `GET /v1/health`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    /// Always true when answered.
+    pub ok: bool,
+    /// The shim's version.
+    pub version: String,
+    /// The VM (domain name).
+    pub vm: String,
+    /// The node.
+    pub node: String,
+}
+
+/// The domain as libvirt on this node sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DomainState {
+    /// No domain of the VM's name on this node (not booted yet, migrated away, or waiting
+    /// for an incoming migration).
+    Absent,
+    /// Running.
+    Running,
+    /// Paused (e.g. an incoming migration before it completes, or the final copy).
+    Paused,
+    /// Shutting down.
+    ShuttingDown,
+    /// Shut off.
+    ShutOff,
+    /// Crashed.
+    Crashed,
+    /// Anything else.
+    Other,
+}
+
+/// `GET /v1/status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// The VM (domain name).
+    pub vm: String,
+    /// This shim's node.
+    pub node: String,
+    /// The domain on this node.
+    pub domain: DomainState,
+    /// Whether this shim waits for an incoming migration (after `prepare`).
+    pub incoming: bool,
+    /// The current or last outgoing migration.
+    pub job: Option<Job>,
+    /// The last incoming migration that completed here (libvirt's completed-job stats, as
+    /// the target sees them).
+    pub last_incoming: Option<Incoming>,
+}
+
+/// The last incoming migration, as its target saw it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Incoming {
+    /// When the `resumed-after-migration` event arrived, ns since the Unix epoch.
+    pub resumed_unix_ns: u64,
+    /// libvirt's completed-job stats on the target (with the downtime).
+    pub stats: JobStats,
+}
+
+/// `POST /v1/prepare` answer: what the source needs to migrate here.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prepared {
+    /// The target node.
+    pub node: String,
+    /// The URI under which the source's libvirtd reaches this node's libvirtd
+    /// (peer-to-peer migration).
+    pub libvirt_uri: String,
+    /// Where the migration stream goes (`tcp://HOST`).
+    pub migration_uri: String,
+    /// The tap created for the VM.
+    pub tap: String,
+    /// The OVN logical port the tap is bound to.
+    pub ovn_port: String,
+}
+
+/// `POST /v1/migrate`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrateRequest {
+    /// The target shim, `http://HOST:PORT`.
+    pub target: String,
+    /// The target shim's token.
+    pub target_token: String,
+    /// Bandwidth limit in MiB/s (none: unlimited).
+    #[serde(default)]
+    pub bandwidth_mib_s: Option<u64>,
+    /// Longest pause the final copy may take, in ms (none: libvirt's default, 300 ms).
+    #[serde(default)]
+    pub max_downtime_ms: Option<u64>,
+    /// Throttle the guest's vCPUs when memory does not converge.
+    #[serde(default)]
+    pub auto_converge: bool,
+    /// Allow switching to post-copy: at the timeout the shim switches instead of aborting.
+    #[serde(default)]
+    pub post_copy: bool,
+    /// Give up (abort, or switch to post-copy when allowed) after this many seconds
+    /// (default [`DEFAULT_TIMEOUT_S`]).
+    #[serde(default)]
+    pub timeout_s: Option<u64>,
+}
+
+/// Default migration timeout.
+pub const DEFAULT_TIMEOUT_S: u64 = 600;
+/// Bandwidth accepted (MiB/s).
+pub const MAX_BANDWIDTH_MIB_S: u64 = 1 << 20;
+/// Downtime accepted (ms).
+pub const MAX_DOWNTIME_MS: u64 = 60_000;
+/// Timeout accepted (s).
+pub const MAX_TIMEOUT_S: u64 = 86_400;
+
+impl MigrateRequest {
+    /// Check the request; the error says what is wrong and what is allowed.
+    pub fn validate(&self) -> Result<(), String> {
+        let hostport = self
+            .target
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("target {:?}: use http://HOST:PORT", self.target))?;
+        let hostport = hostport.strip_suffix('/').unwrap_or(hostport);
+        match hostport.rsplit_once(':') {
+            Some((h, p))
+                if !h.is_empty() && !h.contains('/') && p.parse::<u16>().is_ok_and(|p| p != 0) => {}
+            _ => return Err(format!("target {:?}: use http://HOST:PORT", self.target)),
+        }
+        if self.target_token.trim().is_empty() {
+            return Err("target_token is empty: give the target shim's token".into());
+        }
+        if let Some(b) = self.bandwidth_mib_s
+            && !(1..=MAX_BANDWIDTH_MIB_S).contains(&b)
+        {
+            return Err(format!(
+                "bandwidth_mib_s {b}: use 1 to {MAX_BANDWIDTH_MIB_S}, or leave it out for no limit"
+            ));
+        }
+        if let Some(d) = self.max_downtime_ms
+            && !(1..=MAX_DOWNTIME_MS).contains(&d)
+        {
+            return Err(format!(
+                "max_downtime_ms {d}: use 1 to {MAX_DOWNTIME_MS}, or leave it out for libvirt's default"
+            ));
+        }
+        if let Some(t) = self.timeout_s
+            && !(1..=MAX_TIMEOUT_S).contains(&t)
+        {
+            return Err(format!("timeout_s {t}: use 1 to {MAX_TIMEOUT_S}"));
+        }
+        Ok(())
+    }
+
+    /// The timeout in effect.
+    pub fn timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.timeout_s.unwrap_or(DEFAULT_TIMEOUT_S))
+    }
+}
+
+/// Where a job is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobState {
+    /// Preparing the target.
+    Preparing,
+    /// Memory is moving.
+    Running,
+    /// The VM runs on the target.
+    Completed,
+    /// Aborted on request (or at the timeout); the VM runs here.
+    Aborted,
+    /// Failed; the VM runs here (libvirt resumes the source on failure).
+    Failed,
+}
+
+impl JobState {
+    /// Whether the job is over.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            JobState::Completed | JobState::Aborted | JobState::Failed
+        )
+    }
+}
+
+/// libvirt's job statistics, in the units the API uses.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobStats {
+    /// Bytes to transfer in total (memory + disks).
+    pub data_total: Option<u64>,
+    /// Bytes transferred.
+    pub data_processed: Option<u64>,
+    /// Bytes left.
+    pub data_remaining: Option<u64>,
+    /// Memory pass (1 = the first full copy).
+    pub iteration: Option<u64>,
+    /// Guest pages dirtied per second.
+    pub dirty_rate_pages_s: Option<u64>,
+    /// Transfer rate in bytes/s.
+    pub bandwidth_bytes_s: Option<u64>,
+    /// Time since the job started, in ms.
+    pub elapsed_ms: Option<u64>,
+    /// The guest's pause for the final copy, in ms (after completion).
+    pub downtime_ms: Option<u64>,
+    /// Setup time, in ms.
+    pub setup_ms: Option<u64>,
+}
+
+impl JobStats {
+    /// From the `virt` crate's job stats.
+    pub fn from_libvirt(s: &virt::domain::JobStats) -> JobStats {
+        JobStats {
+            data_total: s.data_total,
+            data_processed: s.data_processed,
+            data_remaining: s.data_remaining,
+            iteration: s.mem_iteration,
+            dirty_rate_pages_s: s.mem_dirty_rate,
+            bandwidth_bytes_s: s.mem_bps,
+            elapsed_ms: s.time_elapsed,
+            downtime_ms: s.downtime,
+            setup_ms: s.setup_time,
+        }
+    }
+}
+
+/// A migration job of this shim (outgoing).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// Job number in this shim's life (1, 2, ...).
+    pub id: u64,
+    /// Where it is.
+    pub state: JobState,
+    /// The target shim.
+    pub target: String,
+    /// The target node (once prepared).
+    pub target_node: Option<String>,
+    /// The request's parameters.
+    pub request: MigrateParameters,
+    /// When it started, ns since the Unix epoch.
+    pub started_unix_ns: u64,
+    /// When it ended.
+    pub finished_unix_ns: Option<u64>,
+    /// Why it failed or was aborted.
+    pub error: Option<String>,
+    /// The latest stats while running; the final ones (with the downtime, as the target's
+    /// libvirt reports them) after completion.
+    pub stats: JobStats,
+}
+
+/// The parameters of a migration, without the token.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrateParameters {
+    /// MiB/s.
+    pub bandwidth_mib_s: Option<u64>,
+    /// ms.
+    pub max_downtime_ms: Option<u64>,
+    /// Auto-converge.
+    pub auto_converge: bool,
+    /// Post-copy allowed.
+    pub post_copy: bool,
+    /// s.
+    pub timeout_s: u64,
+}
+
+impl From<&MigrateRequest> for MigrateParameters {
+    fn from(r: &MigrateRequest) -> Self {
+        MigrateParameters {
+            bandwidth_mib_s: r.bandwidth_mib_s,
+            max_downtime_ms: r.max_downtime_ms,
+            auto_converge: r.auto_converge,
+            post_copy: r.post_copy,
+            timeout_s: r.timeout().as_secs(),
+        }
+    }
+}
+
+/// `GET /v1/events` answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Events {
+    /// Events with `seq` greater than the request's `after`, oldest first.
+    pub events: Vec<Event>,
+    /// The `after` to use next.
+    pub next: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req() -> MigrateRequest {
+        MigrateRequest {
+            target: "http://10.213.0.12:17001".into(),
+            target_token: "s3cret".into(),
+            bandwidth_mib_s: Some(100),
+            max_downtime_ms: Some(300),
+            auto_converge: true,
+            post_copy: false,
+            timeout_s: Some(60),
+        }
+    }
+
+    #[test]
+    fn a_good_request_passes() {
+        req().validate().unwrap();
+        let minimal: MigrateRequest =
+            serde_json::from_str(r#"{"target":"http://h:1","target_token":"t"}"#).unwrap();
+        minimal.validate().unwrap();
+        assert_eq!(minimal.timeout().as_secs(), DEFAULT_TIMEOUT_S);
+    }
+
+    #[test]
+    fn bad_requests_say_what_is_allowed() {
+        type Mutation = Box<dyn Fn(&mut MigrateRequest)>;
+        let cases: Vec<(Mutation, &str)> = vec![
+            (
+                Box::new(|r| r.target = "10.0.0.1:1".into()),
+                "http://HOST:PORT",
+            ),
+            (
+                Box::new(|r| r.target = "https://h:1".into()),
+                "http://HOST:PORT",
+            ),
+            (
+                Box::new(|r| r.target = "http://h".into()),
+                "http://HOST:PORT",
+            ),
+            (
+                Box::new(|r| r.target = "http://h:0".into()),
+                "http://HOST:PORT",
+            ),
+            (
+                Box::new(|r| r.target = "http://:80".into()),
+                "http://HOST:PORT",
+            ),
+            (
+                Box::new(|r| r.target = "http://h/x:80".into()),
+                "http://HOST:PORT",
+            ),
+            (Box::new(|r| r.target_token = " ".into()), "target_token"),
+            (
+                Box::new(|r| r.bandwidth_mib_s = Some(0)),
+                "bandwidth_mib_s 0",
+            ),
+            (Box::new(|r| r.max_downtime_ms = Some(0)), "max_downtime_ms"),
+            (
+                Box::new(|r| r.max_downtime_ms = Some(MAX_DOWNTIME_MS + 1)),
+                "max_downtime_ms",
+            ),
+            (Box::new(|r| r.timeout_s = Some(0)), "timeout_s"),
+        ];
+        for (mutate, expect) in cases {
+            let mut r = req();
+            mutate(&mut r);
+            let err = r.validate().unwrap_err();
+            assert!(err.contains(expect), "{err:?} should mention {expect:?}");
+        }
+    }
+
+    #[test]
+    fn job_stats_map_libvirt_fields() {
+        let s = virt::domain::JobStats {
+            data_total: Some(10),
+            data_processed: Some(4),
+            data_remaining: Some(6),
+            mem_iteration: Some(2),
+            mem_dirty_rate: Some(100),
+            time_elapsed: Some(1234),
+            downtime: Some(42),
+            ..Default::default()
+        };
+        let j = JobStats::from_libvirt(&s);
+        assert_eq!(j.data_total, Some(10));
+        assert_eq!(j.data_remaining, Some(6));
+        assert_eq!(j.iteration, Some(2));
+        assert_eq!(j.dirty_rate_pages_s, Some(100));
+        assert_eq!(j.elapsed_ms, Some(1234));
+        assert_eq!(j.downtime_ms, Some(42));
+    }
+
+    #[test]
+    fn final_states() {
+        assert!(JobState::Completed.is_final());
+        assert!(JobState::Aborted.is_final());
+        assert!(!JobState::Running.is_final());
+        assert!(!JobState::Preparing.is_final());
+    }
+}

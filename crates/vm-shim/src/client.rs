@@ -1,0 +1,178 @@
+//! A small async client of the shim's API (see [`crate::api`]): what a source shim uses to
+//! prepare its target, and what the migrator uses to drive and watch a migration.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
+use hyper::{Method, Request};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::de::DeserializeOwned;
+
+use crate::api::{self, ApiError, Events, Health, Job, MigrateRequest, Prepared, Status, path};
+use crate::{Error, Result};
+
+/// An error with its causes: hyper's own message ("client error (Connect)") says little.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// Deadline of one request (the events long poll adds its wait).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A client of one shim.
+#[derive(Clone, Debug)]
+pub struct ShimClient {
+    base: String,
+    token: String,
+    http: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl ShimClient {
+    /// A client of the shim at `base` (`http://HOST:PORT`) with the VM's `token`.
+    pub fn new(base: &str, token: &str) -> Result<ShimClient> {
+        let probe = MigrateRequest {
+            target: base.into(),
+            target_token: token.into(),
+            bandwidth_mib_s: None,
+            max_downtime_ms: None,
+            auto_converge: false,
+            post_copy: false,
+            timeout_s: None,
+        };
+        probe.validate().map_err(Error::BadRequest)?;
+        let mut conn = HttpConnector::new();
+        conn.set_connect_timeout(Some(Duration::from_secs(5)));
+        conn.set_nodelay(true);
+        Ok(ShimClient {
+            base: base.trim_end_matches('/').to_string(),
+            token: token.to_string(),
+            http: Client::builder(TokioExecutor::new()).build(conn),
+        })
+    }
+
+    /// The shim's URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn peer_err(&self, status: Option<u16>, message: impl Into<String>) -> Error {
+        Error::Peer {
+            url: self.base.clone(),
+            status,
+            message: message.into(),
+        }
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<T> {
+        let url = format!("{}{path_and_query}", self.base);
+        let req = Request::builder()
+            .method(method)
+            .uri(&url)
+            .header(AUTHORIZATION, format!("Bearer {}", self.token))
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| self.peer_err(None, format!("bad request {url}: {e}")))?;
+        let resp = tokio::time::timeout(timeout, async {
+            let resp = self.http.request(req).await?;
+            let status = resp.status().as_u16();
+            let bytes = resp.into_body().collect().await?.to_bytes();
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>((status, bytes))
+        })
+        .await
+        .map_err(|_| self.peer_err(None, format!("no answer within {timeout:?}")))?
+        .map_err(|e| self.peer_err(None, format!("unreachable: {}", chain(e.as_ref()))))?;
+        let (status, bytes) = resp;
+        if !(200..300).contains(&status) {
+            let message = serde_json::from_slice::<ApiError>(&bytes)
+                .map(|e| e.error)
+                .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned());
+            return Err(self.peer_err(Some(status), message));
+        }
+        serde_json::from_slice(&bytes)
+            .map_err(|e| self.peer_err(Some(status), format!("unexpected answer: {e}")))
+    }
+
+    /// `GET /v1/health`.
+    pub async fn health(&self) -> Result<Health> {
+        self.call(Method::GET, path::HEALTH, None, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `GET /v1/status`.
+    pub async fn status(&self) -> Result<Status> {
+        self.call(Method::GET, path::STATUS, None, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `POST /v1/prepare` (on a migration's target).
+    pub async fn prepare(&self) -> Result<Prepared> {
+        self.call(Method::POST, path::PREPARE, None, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `POST /v1/migrate` (on the source).
+    pub async fn migrate(&self, req: &MigrateRequest) -> Result<Job> {
+        let body = serde_json::to_vec(req).expect("a request serializes");
+        self.call(Method::POST, path::MIGRATE, Some(body), REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `GET /v1/progress`.
+    pub async fn progress(&self) -> Result<Job> {
+        self.call(Method::GET, path::PROGRESS, None, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `POST /v1/abort`.
+    pub async fn abort(&self) -> Result<Job> {
+        self.call(Method::POST, path::ABORT, None, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `GET /v1/events`: events after `after`, waiting up to `wait` for one.
+    pub async fn events(&self, after: u64, wait: Duration) -> Result<Events> {
+        let wait_ms = wait.as_millis().min(api::MAX_EVENT_WAIT_MS as u128);
+        self.call(
+            Method::GET,
+            &format!("{}?after={after}&wait_ms={wait_ms}", path::EVENTS),
+            None,
+            REQUEST_TIMEOUT + Duration::from_millis(wait_ms as u64),
+        )
+        .await
+    }
+
+    /// Poll `progress` until job `id` is over (or `timeout`); returns the final job.
+    pub async fn wait_job(&self, id: u64, timeout: Duration) -> Result<Job> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let job = self.progress().await?;
+            if job.id == id && job.state.is_final() {
+                return Ok(job);
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(self.peer_err(
+                    None,
+                    format!("job {id} still {:?} after {timeout:?}", job.state),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}

@@ -1,0 +1,454 @@
+//! The shim's configuration: a JSON file (`--config FILE`) and/or flags (`--KEY VALUE`, the
+//! same keys with `-` for `_`; a flag overrides the file). Everything is checked — the VM
+//! spec, that the kernel/initrd/disk exist, the token file, the addresses — before the shim
+//! touches libvirt, OVS or the kernel: a bad config creates nothing.
+//!
+//! ```text
+//! roam-shim --config /etc/roam/vm.json --listen 0.0.0.0:17001
+//! roam-shim --name vm1 --vcpus 1 --memory-mib 256 --kernel /guest/vmlinuz \
+//!   --initrd /guest/initramfs.gz --cmdline 'console=ttyS0' --mac 52:54:00:00:00:01 \
+//!   --tap vm1-tap --ovn-port vm1 --serial-log /var/log/vm1.log --node node-a \
+//!   --libvirt-uri qemu:///system --peer-libvirt-uri qemu+tcp://node-a/system \
+//!   --migration-uri tcp://10.0.0.11 --ovs-db unix:/run/openvswitch/db.sock \
+//!   --listen 0.0.0.0:17001 --token-file /secret/token --state-file /var/lib/roam/vm1.json \
+//!   --mode boot
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::domain::Accel;
+use crate::spec::{Boot, Nic, VmSpec};
+use crate::{Error, Result};
+
+/// What the shim does at start when its domain does not run on this node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Boot the VM here — once in the shim's life (recorded in the state file), so a shim
+    /// restarted after its VM migrated away never boots a second copy.
+    Boot,
+    /// Wait for an incoming migration (a migration's target).
+    Incoming,
+}
+
+/// The config as written (file and flags): flat, every key a flag.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    name: String,
+    vcpus: u32,
+    memory_mib: u64,
+    kernel: Option<PathBuf>,
+    initrd: Option<PathBuf>,
+    #[serde(default)]
+    cmdline: String,
+    disk: Option<PathBuf>,
+    disk_format: Option<String>,
+    mac: String,
+    tap: String,
+    ovn_port: String,
+    serial_log: PathBuf,
+    node: String,
+    libvirt_uri: String,
+    peer_libvirt_uri: String,
+    migration_uri: String,
+    ovs_db: String,
+    #[serde(default = "default_bridge")]
+    bridge: String,
+    listen: String,
+    token_file: PathBuf,
+    state_file: PathBuf,
+    mode: Mode,
+    #[serde(default)]
+    kvm: bool,
+}
+
+fn default_bridge() -> String {
+    "br-int".into()
+}
+
+/// The checked configuration.
+#[derive(Clone, Debug)]
+pub struct ShimConfig {
+    /// The VM.
+    pub vm: VmSpec,
+    /// The OVN logical port the VM's tap is bound to (`external_ids:iface-id`).
+    pub ovn_port: String,
+    /// This node's name (the OVN chassis).
+    pub node: String,
+    /// This node's libvirtd, for the shim.
+    pub libvirt_uri: String,
+    /// This node's libvirtd as another node's libvirtd reaches it (peer-to-peer migration).
+    pub peer_libvirt_uri: String,
+    /// Where an incoming migration stream connects (`tcp://HOST`).
+    pub migration_uri: String,
+    /// This node's Open_vSwitch database (`unix:PATH` or `tcp:HOST:PORT`).
+    pub ovs_db: String,
+    /// The integration bridge.
+    pub bridge: String,
+    /// The API's listen address.
+    pub listen: SocketAddr,
+    /// The API token (read from the token file).
+    pub token: String,
+    /// Where the shim records that it booted its VM.
+    pub state_file: PathBuf,
+    /// Boot or wait for an incoming migration.
+    pub mode: Mode,
+    /// TCG or KVM.
+    pub accel: Accel,
+}
+
+/// Keys whose flag values are numbers.
+const NUMERIC: &[&str] = &["vcpus", "memory_mib"];
+/// Keys whose flags take no value.
+const SWITCHES: &[&str] = &["kvm"];
+
+fn config_err(problem: impl Into<String>) -> Error {
+    Error::Config(problem.into())
+}
+
+/// Merge a config file's JSON (if any) and flags into one object (pure).
+pub fn merge(file_json: Option<&str>, flags: &[String]) -> Result<Map<String, Value>> {
+    let mut map = match file_json {
+        Some(text) => match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(m)) => m,
+            Ok(_) => return Err(config_err("the config file must hold one JSON object")),
+            Err(e) => return Err(config_err(format!("the config file is not JSON: {e}"))),
+        },
+        None => Map::new(),
+    };
+    let mut it = flags.iter();
+    while let Some(flag) = it.next() {
+        let key = flag
+            .strip_prefix("--")
+            .ok_or_else(|| config_err(format!("{flag:?}: flags look like --KEY VALUE")))?
+            .replace('-', "_");
+        if SWITCHES.contains(&key.as_str()) {
+            map.insert(key, Value::Bool(true));
+            continue;
+        }
+        let value = it
+            .next()
+            .ok_or_else(|| config_err(format!("{flag} needs a value")))?;
+        let value = if NUMERIC.contains(&key.as_str()) {
+            Value::from(
+                value
+                    .parse::<u64>()
+                    .map_err(|_| config_err(format!("{flag} {value:?}: not a number")))?,
+            )
+        } else {
+            Value::String(value.clone())
+        };
+        map.insert(key, value);
+    }
+    Ok(map)
+}
+
+/// Turn the merged config into a [`ShimConfig`] without I/O: field syntax and the VM spec.
+/// The token is given by the caller (read from `token_file`).
+fn build(
+    map: Map<String, Value>,
+    read_token: impl FnOnce(&Path) -> Result<String>,
+) -> Result<ShimConfig> {
+    let raw: RawConfig = serde_json::from_value(Value::Object(map))
+        .map_err(|e| config_err(format!("{e} (see roam-shim --help)")))?;
+    let boot = match (&raw.kernel, &raw.disk) {
+        (Some(kernel), None) => Boot::Kernel {
+            kernel: kernel.clone(),
+            initrd: raw.initrd.clone(),
+            cmdline: raw.cmdline.clone(),
+        },
+        (None, Some(disk)) => Boot::Disk {
+            image: disk.clone(),
+            format: raw.disk_format.clone().unwrap_or_else(|| "qcow2".into()),
+        },
+        _ => {
+            return Err(config_err(
+                "give exactly one boot source: kernel (with optional initrd and cmdline) or disk",
+            ));
+        }
+    };
+    let mac = raw
+        .mac
+        .parse()
+        .map_err(|e| config_err(format!("mac {:?}: {e}", raw.mac)))?;
+    let vm = VmSpec {
+        name: raw.name.clone(),
+        vcpus: raw.vcpus,
+        memory_mib: raw.memory_mib,
+        boot,
+        nic: Nic {
+            mac,
+            tap: raw.tap.clone(),
+        },
+        serial_log: raw.serial_log.clone(),
+    };
+    vm.validate()?;
+    for (what, v) in [
+        ("ovn_port", &raw.ovn_port),
+        ("node", &raw.node),
+        ("libvirt_uri", &raw.libvirt_uri),
+        ("peer_libvirt_uri", &raw.peer_libvirt_uri),
+        ("bridge", &raw.bridge),
+    ] {
+        if v.trim().is_empty() {
+            return Err(config_err(format!("{what} is empty")));
+        }
+    }
+    match raw.migration_uri.strip_prefix("tcp://") {
+        Some(h) if !h.is_empty() && !h.contains('/') => {}
+        _ => {
+            return Err(config_err(format!(
+                "migration_uri {:?}: use tcp://HOST (this node's address for the migration stream)",
+                raw.migration_uri
+            )));
+        }
+    }
+    roam_network::ovsdb::Endpoint::parse(&raw.ovs_db).map_err(|_| {
+        config_err(format!(
+            "ovs_db {:?}: use unix:PATH or tcp:HOST:PORT",
+            raw.ovs_db
+        ))
+    })?;
+    let listen: SocketAddr = raw
+        .listen
+        .parse()
+        .map_err(|_| config_err(format!("listen {:?}: use IP:PORT", raw.listen)))?;
+    if !raw.state_file.is_absolute() {
+        return Err(config_err(format!(
+            "state_file {}: use an absolute path",
+            raw.state_file.display()
+        )));
+    }
+    let token = read_token(&raw.token_file)?;
+    Ok(ShimConfig {
+        vm,
+        ovn_port: raw.ovn_port,
+        node: raw.node,
+        libvirt_uri: raw.libvirt_uri,
+        peer_libvirt_uri: raw.peer_libvirt_uri,
+        migration_uri: raw.migration_uri,
+        ovs_db: raw.ovs_db,
+        bridge: raw.bridge,
+        listen,
+        token,
+        state_file: raw.state_file,
+        mode: raw.mode,
+        accel: if raw.kvm { Accel::Kvm } else { Accel::Tcg },
+    })
+}
+
+/// The token in a token file: its content without surrounding whitespace; empty is an error.
+pub fn parse_token(path: &Path, text: &str) -> Result<String> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err(config_err(format!(
+            "token file {} is empty: put the VM's API token in it",
+            path.display()
+        )));
+    }
+    if t.chars().any(char::is_whitespace) {
+        return Err(config_err(format!(
+            "token file {}: the token must be one word",
+            path.display()
+        )));
+    }
+    Ok(t.to_string())
+}
+
+/// Load and check the configuration from the command line (after the program name):
+/// `--config FILE` and/or flags. Reads the config file, the token file, and checks that the
+/// boot files exist; touches nothing else.
+pub fn load(args: &[String]) -> Result<ShimConfig> {
+    let mut file = None;
+    let mut flags = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--config" {
+            let p = it
+                .next()
+                .ok_or_else(|| config_err("--config needs a file"))?;
+            file = Some(
+                std::fs::read_to_string(p)
+                    .map_err(|e| config_err(format!("cannot read the config file {p}: {e}")))?,
+            );
+        } else {
+            flags.push(a.clone());
+        }
+    }
+    let map = merge(file.as_deref(), &flags)?;
+    let cfg = build(map, |p| {
+        let text = std::fs::read_to_string(p)
+            .map_err(|e| config_err(format!("cannot read the token file {}: {e}", p.display())))?;
+        parse_token(p, &text)
+    })?;
+    check_files(&cfg.vm)?;
+    if let Some(dir) = cfg.state_file.parent()
+        && !dir.is_dir()
+    {
+        return Err(config_err(format!(
+            "state_file {}: directory {} does not exist",
+            cfg.state_file.display(),
+            dir.display()
+        )));
+    }
+    Ok(cfg)
+}
+
+/// The boot files exist and are regular files.
+pub fn check_files(vm: &VmSpec) -> Result<()> {
+    let files: Vec<(&str, &Path)> = match &vm.boot {
+        Boot::Kernel { kernel, initrd, .. } => std::iter::once(("kernel", kernel.as_path()))
+            .chain(initrd.iter().map(|i| ("initrd", i.as_path())))
+            .collect(),
+        Boot::Disk { image, .. } => vec![("disk image", image.as_path())],
+    };
+    for (what, p) in files {
+        if !p.is_file() {
+            return Err(Error::InvalidSpec {
+                vm: vm.name.clone(),
+                problem: format!(
+                    "{what} {} does not exist or is not a file: give the path of the {what} on this node",
+                    p.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(s: &[&str]) -> Vec<String> {
+        s.iter().map(|s| s.to_string()).collect()
+    }
+
+    pub(crate) fn full_flags() -> Vec<String> {
+        flags(&[
+            "--name",
+            "vm1",
+            "--vcpus",
+            "1",
+            "--memory-mib",
+            "256",
+            "--kernel",
+            "/k",
+            "--initrd",
+            "/i",
+            "--cmdline",
+            "console=ttyS0",
+            "--mac",
+            "52:54:00:00:00:01",
+            "--tap",
+            "h7tap",
+            "--ovn-port",
+            "vm1.node-a",
+            "--serial-log",
+            "/var/log/vm1.log",
+            "--node",
+            "node-a",
+            "--libvirt-uri",
+            "qemu:///system",
+            "--peer-libvirt-uri",
+            "qemu+tcp://node-a/system",
+            "--migration-uri",
+            "tcp://10.0.0.11",
+            "--ovs-db",
+            "unix:/run/openvswitch/db.sock",
+            "--listen",
+            "127.0.0.1:17001",
+            "--token-file",
+            "/secret/token",
+            "--state-file",
+            "/var/lib/roam/vm1.json",
+            "--mode",
+            "boot",
+        ])
+    }
+
+    fn build_ok(map: Map<String, Value>) -> Result<ShimConfig> {
+        build(map, |_| Ok("tok".into()))
+    }
+
+    #[test]
+    fn flags_make_a_config() {
+        let c = build_ok(merge(None, &full_flags()).unwrap()).unwrap();
+        assert_eq!(c.vm.name, "vm1");
+        assert_eq!(c.vm.memory_mib, 256);
+        assert_eq!(c.bridge, "br-int");
+        assert_eq!(c.mode, Mode::Boot);
+        assert_eq!(c.accel, Accel::Tcg);
+        assert_eq!(c.token, "tok");
+        assert_eq!(c.listen.port(), 17001);
+    }
+
+    #[test]
+    fn a_flag_overrides_the_file() {
+        let file = r#"{"name":"vm1","vcpus":2,"memory_mib":128}"#;
+        let mut f = full_flags();
+        // drop --vcpus 1 from the flags: the file's 2 stays
+        let i = f.iter().position(|x| x == "--vcpus").unwrap();
+        f.drain(i..i + 2);
+        f.extend(flags(&["--memory-mib", "512", "--kvm"]));
+        let c = build_ok(merge(Some(file), &f).unwrap()).unwrap();
+        assert_eq!(c.vm.vcpus, 2);
+        assert_eq!(c.vm.memory_mib, 512);
+        assert_eq!(c.accel, Accel::Kvm);
+    }
+
+    #[test]
+    fn bad_configs_are_rejected_with_the_reason() {
+        let cases: Vec<(Vec<&str>, &str)> = vec![
+            (vec!["--vcpus", "0"], "use 1 to 255"),
+            (vec!["--memory-mib", "1"], "MiB of memory"),
+            (vec!["--vcpus", "two"], "not a number"),
+            (vec!["--bogus", "x"], "unknown field"),
+            (vec!["--mac", "zz"], "mac"),
+            (vec!["--migration-uri", "10.0.0.1"], "tcp://HOST"),
+            (vec!["--ovs-db", "/run/db.sock"], "unix:PATH"),
+            (vec!["--listen", "localhost"], "IP:PORT"),
+            (vec!["--mode", "fly"], "unknown variant"),
+            (vec!["--disk", "/d.qcow2"], "exactly one boot source"),
+            (vec!["--state-file", "rel.json"], "absolute"),
+            (vec!["--ovn-port", ""], "ovn_port is empty"),
+        ];
+        for (extra, expect) in cases {
+            let mut f = full_flags();
+            f.extend(flags(&extra));
+            let err = merge(None, &f).and_then(build_ok).unwrap_err().to_string();
+            assert!(
+                err.contains(expect),
+                "{extra:?}: {err:?} should mention {expect:?}"
+            );
+        }
+        let err = merge(None, &flags(&["--name", "x"]))
+            .and_then(build_ok)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing field"), "{err}");
+        assert!(merge(Some("[1]"), &[]).is_err());
+        assert!(merge(None, &flags(&["name"])).is_err());
+        assert!(merge(None, &flags(&["--name"])).is_err());
+    }
+
+    #[test]
+    fn tokens() {
+        let p = Path::new("/t");
+        assert_eq!(parse_token(p, " abc\n").unwrap(), "abc");
+        assert!(parse_token(p, "\n").is_err());
+        assert!(parse_token(p, "a b").is_err());
+    }
+
+    #[test]
+    fn a_missing_kernel_is_named() {
+        let c = build_ok(merge(None, &full_flags()).unwrap()).unwrap();
+        let err = check_files(&c.vm).unwrap_err().to_string();
+        assert!(err.contains("kernel /k does not exist"), "{err}");
+    }
+}

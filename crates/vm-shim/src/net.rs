@@ -1,0 +1,190 @@
+//! The VM's network plumbing on this node: a persistent kernel tap (created with the TUN
+//! ioctls, brought up with rtnetlink) added to the node's integration bridge as a plain
+//! (system) port whose `external_ids:iface-id` is the VM's OVN logical port, through the
+//! node's Open_vSwitch database. On OVS's userspace datapath QEMU cannot open an OVS internal
+//! port (vswitchd holds it), so a kernel tap it is. Every step is idempotent: a restarted shim
+//! or a second `prepare` finds what is there and leaves it.
+
+use futures::TryStreamExt;
+use roam_network::ovsdb::{self, Client, ops};
+use serde_json::json;
+
+use crate::{Error, Result, sys};
+
+/// MTU of the tap (the overlay's MTU is handed to the guest by DHCP; the tap only must not
+/// be smaller).
+pub const TAP_MTU: u32 = 1500;
+
+async fn rtnl() -> Result<rtnetlink::Handle> {
+    let (conn, handle, _) =
+        rtnetlink::new_connection().map_err(|e| Error::plumbing("open rtnetlink", e))?;
+    tokio::spawn(conn);
+    Ok(handle)
+}
+
+/// The interface index of `name` in this network namespace, if it exists.
+pub async fn link_index(name: &str) -> Result<Option<u32>> {
+    let handle = rtnl().await?;
+    let mut links = handle.link().get().match_name(name.to_string()).execute();
+    match links.try_next().await {
+        Ok(Some(msg)) => Ok(Some(msg.header.index)),
+        Ok(None) => Ok(None),
+        // ENODEV: no such interface
+        Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENODEV => Ok(None),
+        Err(e) => Err(Error::plumbing(format!("look up interface {name}"), e)),
+    }
+}
+
+/// Create the tap `name` (unless it exists) and bring it up with MTU [`TAP_MTU`].
+pub async fn ensure_tap(name: &str) -> Result<()> {
+    let index = match link_index(name).await? {
+        Some(i) => i,
+        None => {
+            let n = name.to_string();
+            tokio::task::spawn_blocking(move || sys::create_persistent_tap(&n))
+                .await
+                .map_err(|e| Error::plumbing(format!("create tap {name}"), e))?
+                .map_err(|e| Error::plumbing(format!("create tap {name}"), e))?;
+            link_index(name).await?.ok_or_else(|| {
+                Error::plumbing(
+                    format!("create tap {name}"),
+                    "the tap vanished right after its creation",
+                )
+            })?
+        }
+    };
+    let handle = rtnl().await?;
+    handle
+        .link()
+        .set(
+            rtnetlink::LinkUnspec::new_with_index(index)
+                .mtu(TAP_MTU)
+                .up()
+                .build(),
+        )
+        .execute()
+        .await
+        .map_err(|e| Error::plumbing(format!("bring tap {name} up"), e))
+}
+
+/// Delete the tap `name` if it exists.
+pub async fn remove_tap(name: &str) -> Result<()> {
+    if let Some(index) = link_index(name).await? {
+        let handle = rtnl().await?;
+        handle
+            .link()
+            .del(index)
+            .execute()
+            .await
+            .map_err(|e| Error::plumbing(format!("delete tap {name}"), e))?;
+    }
+    Ok(())
+}
+
+async fn ovs(db: &str) -> Result<Client> {
+    Client::connect(db)
+        .await
+        .map_err(|e| Error::plumbing(format!("connect to Open_vSwitch at {db}"), e))
+}
+
+/// Add `port` to `bridge` as a system port bound to the OVN logical port `iface_id`; when
+/// the port exists, (re)set its `iface-id`. One transaction.
+pub async fn ensure_ovs_port(db: &str, bridge: &str, port: &str, iface_id: &str) -> Result<()> {
+    let client = ovs(db).await?;
+    let what = || format!("add {port} to {bridge} (iface-id {iface_id})");
+    let ifaces: Vec<ovsdb::vswitch::Interface> =
+        ovsdb::select_where(&client, vec![ops::cond("name", "==", json!(port))])
+            .await
+            .map_err(|e| Error::plumbing(what(), e))?;
+    let ops = if let Some(iface) = ifaces.first() {
+        if iface.external_ids.0.get("iface-id").map(String::as_str) == Some(iface_id) {
+            return Ok(());
+        }
+        vec![
+            ops::mutate(
+                "Interface",
+                vec![ops::cond("_uuid", "==", iface.uuid.to_json())],
+                vec![ops::mutation(
+                    "external_ids",
+                    "delete",
+                    json!(["set", ["iface-id"]]),
+                )],
+            ),
+            ops::mutate(
+                "Interface",
+                vec![ops::cond("_uuid", "==", iface.uuid.to_json())],
+                vec![ops::mutation(
+                    "external_ids",
+                    "insert",
+                    ops::string_map([("iface-id", iface_id)]),
+                )],
+            ),
+        ]
+    } else {
+        vec![
+            // the bridge must exist: the mutate below then changes exactly one row
+            ops::insert(
+                "Interface",
+                json!({"name": port, "external_ids": ops::string_map([("iface-id", iface_id)])}),
+                Some("iface"),
+            ),
+            ops::insert(
+                "Port",
+                json!({"name": port, "interfaces": ops::named_uuid("iface")}),
+                Some("port"),
+            ),
+            ops::mutate(
+                "Bridge",
+                vec![ops::cond("name", "==", json!(bridge))],
+                vec![ops::mutation(
+                    "ports",
+                    "insert",
+                    ops::set(vec![ops::named_uuid("port")]),
+                )],
+            ),
+            json!({"op": "wait", "table": "Bridge", "timeout": 0,
+                   "where": [["name", "==", bridge]], "columns": ["name"],
+                   "until": "==", "rows": [{"name": bridge}]}),
+        ]
+    };
+    let res = client
+        .transact(ovsdb::vswitch::DATABASE, ops)
+        .await
+        .map_err(|e| Error::plumbing(what(), e))?;
+    if let Some(err) = res.iter().find_map(|r| r.get("error")) {
+        return Err(Error::plumbing(what(), err));
+    }
+    Ok(())
+}
+
+/// Remove `port` from `bridge` (OVS then drops its Port and Interface rows).
+pub async fn remove_ovs_port(db: &str, bridge: &str, port: &str) -> Result<()> {
+    let client = ovs(db).await?;
+    let what = || format!("remove {port} from {bridge}");
+    let ports: Vec<ovsdb::vswitch::Port> =
+        ovsdb::select_where(&client, vec![ops::cond("name", "==", json!(port))])
+            .await
+            .map_err(|e| Error::plumbing(what(), e))?;
+    let Some(p) = ports.first() else {
+        return Ok(());
+    };
+    let res = client
+        .transact(
+            ovsdb::vswitch::DATABASE,
+            vec![ops::mutate(
+                "Bridge",
+                vec![ops::cond("name", "==", json!(bridge))],
+                vec![ops::mutation(
+                    "ports",
+                    "delete",
+                    ops::set(vec![p.uuid.to_json()]),
+                )],
+            )],
+        )
+        .await
+        .map_err(|e| Error::plumbing(what(), e))?;
+    if let Some(err) = res.iter().find_map(|r| r.get("error")) {
+        return Err(Error::plumbing(what(), err));
+    }
+    Ok(())
+}

@@ -1,0 +1,794 @@
+//! The shim's runtime: one libvirt domain on this node, its plumbing, its migration jobs and
+//! its lifecycle event log. The HTTP server ([`crate::server`]) is a thin layer over [`Shim`].
+//!
+//! - **Start**: re-attach to a running domain of the VM's name (a restarted shim: no second
+//!   domain, no second tap); otherwise, in [`Mode::Boot`], boot it — once in the shim's life,
+//!   recorded in the state file, so a shim restarted after its VM migrated away never boots a
+//!   second copy; in [`Mode::Incoming`], wait for `prepare`.
+//! - **Migration**: peer-to-peer (`virDomainMigrateToURI3` with `VIR_MIGRATE_PEER2PEER`): the
+//!   source libvirtd drives all phases (prepare, perform, finish, confirm) with the target
+//!   libvirtd itself. The shim only starts it, polls its stats, and can abort it. A shim that
+//!   dies mid-migration does not strand a half-done migration (with a client-driven
+//!   `migrate3` the client runs the phases), and the shim needs no connection of its own to
+//!   the target's libvirtd — the URI comes from the target shim's `prepare`.
+//! - **Shutdown** (SIGTERM): the domain keeps running. A shim restart must never cost the VM
+//!   its life, and after a switchover the source shim has nothing left to stop. The tap and
+//!   OVS port are removed only when no domain of the VM's name is on this node.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch};
+use virt::connect::Connect;
+use virt::domain::{Domain, DomainState as VirtState, MigrateParameters as VirtParams};
+use virt::sys;
+
+use crate::api::{
+    self, DomainState, Incoming, Job, JobState, JobStats, MigrateRequest, Prepared, Status,
+};
+use crate::client::ShimClient;
+use crate::config::{Mode, ShimConfig};
+use crate::events::{Event, Lifecycle};
+use crate::sys::{LifecycleSubscription, RawLifecycle};
+use crate::{Error, Result, domain, net};
+
+/// Events kept for the long poll.
+const EVENT_LOG_CAP: usize = 1024;
+/// How often a running job's stats are sampled.
+const STATS_EVERY: Duration = Duration::from_millis(100);
+
+/// Nanoseconds since the Unix epoch.
+pub fn unix_ns(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// What a starting shim does with its VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartAction {
+    /// A domain of the VM's name is on this node: take it over (a restarted shim).
+    ReAttach,
+    /// Boot the VM.
+    Boot,
+    /// Wait for an incoming migration.
+    WaitForMigration,
+    /// Boot mode, but this shim booted the VM before and it is not here any more (it
+    /// migrated away): booting it again would run two copies with one MAC and IP.
+    NoSecondBoot,
+}
+
+/// The decision at start (pure): whether a domain of the VM's name is on this node, the
+/// mode, and whether the state file says this shim booted the VM before.
+pub fn start_action(domain_here: bool, mode: Mode, booted_before: bool) -> StartAction {
+    match (domain_here, mode, booted_before) {
+        (true, _, _) => StartAction::ReAttach,
+        (false, Mode::Incoming, _) => StartAction::WaitForMigration,
+        (false, Mode::Boot, true) => StartAction::NoSecondBoot,
+        (false, Mode::Boot, false) => StartAction::Boot,
+    }
+}
+
+/// What the state file records.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Persisted {
+    /// The shim booted its VM once already.
+    booted: bool,
+}
+
+struct JobCtl {
+    dom: Domain,
+    aborted: Arc<AtomicBool>,
+}
+
+#[derive(Default)]
+struct State {
+    job: Option<Job>,
+    ctl: Option<JobCtl>,
+    incoming: bool,
+    last_incoming: Option<Incoming>,
+    persisted: Persisted,
+}
+
+struct EventLog {
+    events: VecDeque<Event>,
+    next_seq: u64,
+}
+
+struct Inner {
+    cfg: ShimConfig,
+    conn: Connect,
+    state: Mutex<State>,
+    log: Mutex<EventLog>,
+    latest: watch::Sender<u64>,
+    /// Turns true when a libvirt connection is lost.
+    lost: watch::Sender<bool>,
+    next_job: AtomicU64,
+    _subscription: LifecycleSubscription,
+}
+
+/// The shim: cheap to clone, shared by the API's handlers.
+#[derive(Clone)]
+pub struct Shim {
+    inner: Arc<Inner>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f)
+        .await
+        .expect("a blocking libvirt call panicked")
+}
+
+fn lookup(conn: &Connect, name: &str) -> Option<Domain> {
+    conn.lookup_domain_by_name(name).ok()
+}
+
+fn domain_state(dom: Option<&Domain>) -> DomainState {
+    let Some(dom) = dom else {
+        return DomainState::Absent;
+    };
+    match dom.state().map(|(s, _)| s) {
+        Ok(virt::enumutil::Enum::Known(s)) => match s {
+            VirtState::Running | VirtState::Blocked => DomainState::Running,
+            VirtState::Paused | VirtState::PMSuspended => DomainState::Paused,
+            VirtState::Shutdown => DomainState::ShuttingDown,
+            VirtState::Shutoff => DomainState::ShutOff,
+            VirtState::Crashed => DomainState::Crashed,
+            VirtState::NoState => DomainState::Other,
+        },
+        Ok(_) => DomainState::Other,
+        // the domain went away between lookup and state (migrated, destroyed)
+        Err(_) => DomainState::Absent,
+    }
+}
+
+impl Shim {
+    /// Connect to libvirt, subscribe to lifecycle events, then re-attach to or boot the VM
+    /// (or wait, in [`Mode::Incoming`]).
+    pub async fn start(cfg: ShimConfig) -> Result<Shim> {
+        let persisted = read_state(&cfg)?;
+        // libvirt prints every error on stderr by default ("domain not found" is an expected
+        // answer here); the shim reports the ones that matter itself
+        virt::error::clear_error_callback();
+        crate::sys::start_event_loop().map_err(|e| Error::Libvirt {
+            what: "start libvirt's event loop".into(),
+            message: e,
+        })?;
+        let uri = cfg.libvirt_uri.clone();
+        let (conn, events_conn) = blocking(move || -> Result<(Connect, Connect)> {
+            let open = |what| {
+                Connect::open(Some(&uri))
+                    .map_err(|e| Error::libvirt(format!("connect to {uri} ({what})"), e))
+            };
+            Ok((open("commands")?, open("events")?))
+        })
+        .await?;
+        // detect a dead libvirtd on the events connection (needs the event loop)
+        let _ = events_conn.set_keep_alive(5, 3);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let subscription = LifecycleSubscription::new(&events_conn, tx)
+            .map_err(|e| Error::libvirt("subscribe to domain lifecycle events", e))?;
+        let (latest, _) = watch::channel(0);
+        let (lost, _) = watch::channel(false);
+        let shim = Shim {
+            inner: Arc::new(Inner {
+                cfg,
+                conn,
+                state: Mutex::new(State {
+                    persisted,
+                    ..Default::default()
+                }),
+                log: Mutex::new(EventLog {
+                    events: VecDeque::new(),
+                    next_seq: 1,
+                }),
+                latest,
+                lost,
+                next_job: AtomicU64::new(1),
+                _subscription: subscription,
+            }),
+        };
+        tokio::spawn(shim.clone().watch_connections(events_conn.clone()));
+        tokio::spawn(shim.clone().event_task(rx, events_conn));
+        shim.attach_or_boot().await?;
+        Ok(shim)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ShimConfig {
+        &self.inner.cfg
+    }
+
+    fn name(&self) -> &str {
+        &self.inner.cfg.vm.name
+    }
+
+    async fn domain(&self) -> Option<Domain> {
+        let (conn, name) = (self.inner.conn.clone(), self.name().to_string());
+        blocking(move || lookup(&conn, &name)).await
+    }
+
+    async fn attach_or_boot(&self) -> Result<()> {
+        let cfg = &self.inner.cfg;
+        let dom = self.domain().await;
+        let booted = lock(&self.inner.state).persisted.booted;
+        match start_action(dom.is_some(), cfg.mode, booted) {
+            StartAction::ReAttach => {
+                let dom = dom.expect("a domain is here");
+                let state = blocking(move || domain_state(Some(&dom))).await;
+                tracing::info!(vm = %self.name(), ?state, "re-attached to the running domain");
+                // the tap exists (QEMU holds it); make sure OVS still carries it
+                net::ensure_ovs_port(&cfg.ovs_db, &cfg.bridge, &cfg.vm.nic.tap, &cfg.ovn_port).await
+            }
+            StartAction::WaitForMigration => {
+                tracing::info!(vm = %self.name(), "waiting for an incoming migration");
+                Ok(())
+            }
+            StartAction::NoSecondBoot => {
+                tracing::warn!(
+                    vm = %self.name(),
+                    state_file = %cfg.state_file.display(),
+                    "the VM was booted by this shim before and is not on this node (migrated away?): not booting it again"
+                );
+                Ok(())
+            }
+            StartAction::Boot => self.boot().await,
+        }
+    }
+
+    async fn boot(&self) -> Result<()> {
+        let cfg = &self.inner.cfg;
+        crate::config::check_files(&cfg.vm)?;
+        let xml = domain::domain_xml(&cfg.vm, cfg.accel)?;
+        self.plumb().await?;
+        let conn = self.inner.conn.clone();
+        let name = self.name().to_string();
+        blocking(move || conn.create_domain_xml(&xml, 0).map(|_| ()))
+            .await
+            .map_err(|e| Error::libvirt(format!("start domain {name}"), e))?;
+        let mut st = lock(&self.inner.state);
+        st.persisted.booted = true;
+        write_state(cfg, &st.persisted)?;
+        tracing::info!(vm = %self.name(), "booted");
+        Ok(())
+    }
+
+    /// The tap and its OVS port.
+    async fn plumb(&self) -> Result<()> {
+        let cfg = &self.inner.cfg;
+        net::ensure_tap(&cfg.vm.nic.tap).await?;
+        net::ensure_ovs_port(&cfg.ovs_db, &cfg.bridge, &cfg.vm.nic.tap, &cfg.ovn_port).await
+    }
+
+    /// `GET /v1/status`.
+    pub async fn status(&self) -> Status {
+        let dom = self.domain().await;
+        let domain = blocking(move || domain_state(dom.as_ref())).await;
+        let st = lock(&self.inner.state);
+        Status {
+            vm: self.name().to_string(),
+            node: self.inner.cfg.node.clone(),
+            domain,
+            incoming: st.incoming,
+            job: st.job.clone(),
+            last_incoming: st.last_incoming.clone(),
+        }
+    }
+
+    /// `POST /v1/prepare`: get ready to receive the VM.
+    pub async fn prepare(&self) -> Result<Prepared> {
+        if let Some(job) = lock(&self.inner.state).job.as_ref()
+            && !job.state.is_final()
+        {
+            return Err(Error::Conflict(format!(
+                "migration job {} of this VM is {:?} from this node: it cannot also come in",
+                job.id, job.state
+            )));
+        }
+        if let Some(dom) = self.domain().await {
+            let state = blocking(move || domain_state(Some(&dom))).await;
+            if state != DomainState::Absent && state != DomainState::ShutOff {
+                return Err(Error::Conflict(format!(
+                    "VM {} is already on node {} ({state:?}): migrate it to another node",
+                    self.name(),
+                    self.inner.cfg.node
+                )));
+            }
+        }
+        self.plumb().await?;
+        lock(&self.inner.state).incoming = true;
+        let cfg = &self.inner.cfg;
+        tracing::info!(vm = %self.name(), "prepared for an incoming migration");
+        Ok(Prepared {
+            node: cfg.node.clone(),
+            libvirt_uri: cfg.peer_libvirt_uri.clone(),
+            migration_uri: cfg.migration_uri.clone(),
+            tap: cfg.vm.nic.tap.clone(),
+            ovn_port: cfg.ovn_port.clone(),
+        })
+    }
+
+    /// `POST /v1/migrate`: prepare the target shim and start the live migration.
+    pub async fn migrate(&self, req: MigrateRequest) -> Result<Job> {
+        req.validate().map_err(Error::BadRequest)?;
+        let job = {
+            let mut st = lock(&self.inner.state);
+            if let Some(job) = st.job.as_ref()
+                && !job.state.is_final()
+            {
+                return Err(Error::Conflict(format!(
+                    "migration job {} to {} is {:?}: wait for it or abort it first",
+                    job.id, job.target, job.state
+                )));
+            }
+            let job = Job {
+                id: self.inner.next_job.fetch_add(1, Ordering::SeqCst),
+                state: JobState::Preparing,
+                target: req.target.clone(),
+                target_node: None,
+                request: (&req).into(),
+                started_unix_ns: unix_ns(SystemTime::now()),
+                finished_unix_ns: None,
+                error: None,
+                stats: JobStats::default(),
+            };
+            st.job = Some(job.clone());
+            job
+        };
+        match self.start_migration(&req, job.id).await {
+            Ok(job) => Ok(job),
+            Err(e) => {
+                self.finish_job(job.id, JobState::Failed, Some(e.to_string()), None);
+                Err(e)
+            }
+        }
+    }
+
+    async fn start_migration(&self, req: &MigrateRequest, id: u64) -> Result<Job> {
+        let Some(dom) = self.domain().await else {
+            return Err(Error::Conflict(format!(
+                "VM {} does not run on node {}: nothing to migrate",
+                self.name(),
+                self.inner.cfg.node
+            )));
+        };
+        let d = dom.clone();
+        let state = blocking(move || domain_state(Some(&d))).await;
+        if state != DomainState::Running && state != DomainState::Paused {
+            return Err(Error::Conflict(format!(
+                "VM {} is {state:?} on node {}: only a running VM migrates",
+                self.name(),
+                self.inner.cfg.node
+            )));
+        }
+        let target = ShimClient::new(&req.target, &req.target_token)?;
+        let prepared = target.prepare().await?;
+        let aborted = Arc::new(AtomicBool::new(false));
+        {
+            let mut st = lock(&self.inner.state);
+            st.ctl = Some(JobCtl {
+                dom: dom.clone(),
+                aborted: aborted.clone(),
+            });
+            if let Some(j) = st.job.as_mut().filter(|j| j.id == id) {
+                j.state = JobState::Running;
+                j.target_node = Some(prepared.node.clone());
+            }
+        }
+        tracing::info!(vm = %self.name(), job = id, target = %req.target, node = %prepared.node, "migration starts");
+        let shim = self.clone();
+        let req = req.clone();
+        let rt = tokio::runtime::Handle::current();
+        std::thread::Builder::new()
+            .name(format!("migration-{id}"))
+            .spawn(move || shim.run_migration(id, dom, req, prepared, aborted, target, rt))
+            .map_err(|e| Error::Io {
+                what: "start the migration thread".into(),
+                source: e,
+            })?;
+        Ok(self.job().expect("the job was just recorded"))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_migration(
+        &self,
+        id: u64,
+        dom: Domain,
+        req: MigrateRequest,
+        prepared: Prepared,
+        aborted: Arc<AtomicBool>,
+        target: ShimClient,
+        rt: tokio::runtime::Handle,
+    ) {
+        let mut flags =
+            sys::VIR_MIGRATE_LIVE | sys::VIR_MIGRATE_PEER2PEER | sys::VIR_MIGRATE_ABORT_ON_ERROR;
+        if req.auto_converge {
+            flags |= sys::VIR_MIGRATE_AUTO_CONVERGE;
+        }
+        if req.post_copy {
+            flags |= sys::VIR_MIGRATE_POSTCOPY;
+        }
+        if let Some(ms) = req.max_downtime_ms
+            && let Err(e) = dom.migrate_set_max_downtime(ms, 0)
+        {
+            tracing::warn!("cannot set the max downtime before the migration: {e}");
+        }
+        let params = VirtParams {
+            uri: Some(prepared.migration_uri.clone()),
+            bandwidth: req.bandwidth_mib_s,
+            ..Default::default()
+        };
+        let done = Arc::new(AtomicBool::new(false));
+        let watcher = {
+            let (shim, dom, done, aborted) =
+                (self.clone(), dom.clone(), done.clone(), aborted.clone());
+            let deadline = Instant::now() + req.timeout();
+            let (post_copy, downtime) = (req.post_copy, req.max_downtime_ms);
+            std::thread::spawn(move || {
+                shim.watch_job(id, &dom, &done, &aborted, deadline, post_copy, downtime)
+            })
+        };
+        let res = dom.migrate_to_uri3(Some(&prepared.libvirt_uri), params, flags);
+        done.store(true, Ordering::SeqCst);
+        let timed_out = watcher.join().unwrap_or(false);
+        let timeout_s = req.timeout().as_secs();
+        match res {
+            Ok(()) => {
+                // the final stats (with the downtime) are the target's: the source's
+                // transient domain is gone
+                let started = lock(&self.inner.state)
+                    .job
+                    .as_ref()
+                    .map(|j| j.started_unix_ns)
+                    .unwrap_or(0);
+                let mut stats = None;
+                for _ in 0..50 {
+                    if let Ok(s) = rt.block_on(target.status())
+                        && let Some(inc) = s.last_incoming
+                        && inc.resumed_unix_ns >= started
+                    {
+                        stats = Some(inc.stats);
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                if stats.is_none() {
+                    tracing::warn!(
+                        job = id,
+                        "the target shim did not report the completed job's stats"
+                    );
+                }
+                self.finish_job(id, JobState::Completed, None, stats);
+                tracing::info!(vm = %self.name(), job = id, node = %prepared.node, "migrated");
+            }
+            Err(e) => {
+                let state = if aborted.load(Ordering::SeqCst) {
+                    JobState::Aborted
+                } else {
+                    JobState::Failed
+                };
+                let why = if timed_out {
+                    format!("timed out after {timeout_s} s and aborted (libvirt: {e})")
+                } else {
+                    e.to_string()
+                };
+                tracing::warn!(vm = %self.name(), job = id, ?state, "migration ended: {why}");
+                self.finish_job(id, state, Some(why), None);
+            }
+        }
+    }
+
+    /// Sample the job's stats until `done`; at the deadline switch to post-copy (when
+    /// allowed) or abort. Returns whether the deadline passed.
+    #[allow(clippy::too_many_arguments)]
+    fn watch_job(
+        &self,
+        id: u64,
+        dom: &Domain,
+        done: &AtomicBool,
+        aborted: &AtomicBool,
+        deadline: Instant,
+        post_copy: bool,
+        downtime: Option<u64>,
+    ) -> bool {
+        let mut downtime_set = false;
+        let mut timed_out = false;
+        while !done.load(Ordering::SeqCst) {
+            std::thread::sleep(STATS_EVERY);
+            if done.load(Ordering::SeqCst) {
+                break;
+            }
+            if let Ok(s) = crate::sys::job_stats(dom, 0)
+                && s.r#type == sys::VIR_DOMAIN_JOB_UNBOUNDED as i32
+            {
+                if !downtime_set && let Some(ms) = downtime {
+                    downtime_set = dom.migrate_set_max_downtime(ms, 0).is_ok();
+                }
+                let mut st = lock(&self.inner.state);
+                if let Some(j) = st.job.as_mut().filter(|j| j.id == id) {
+                    // while running, libvirt's "downtime" is the one it aims at: report the
+                    // real one only after completion
+                    j.stats = JobStats {
+                        downtime_ms: None,
+                        ..JobStats::from_libvirt(&s)
+                    };
+                }
+            }
+            if !timed_out && Instant::now() > deadline {
+                timed_out = true;
+                if post_copy {
+                    tracing::warn!(job = id, "timeout: switching to post-copy");
+                    if let Err(e) = crate::sys::start_post_copy(dom) {
+                        tracing::warn!(job = id, "cannot switch to post-copy: {e}; aborting");
+                        aborted.store(true, Ordering::SeqCst);
+                        let _ = crate::sys::abort_job(dom);
+                    }
+                } else {
+                    tracing::warn!(job = id, "timeout: aborting the migration");
+                    aborted.store(true, Ordering::SeqCst);
+                    let _ = crate::sys::abort_job(dom);
+                }
+            }
+        }
+        timed_out
+    }
+
+    fn finish_job(&self, id: u64, state: JobState, error: Option<String>, stats: Option<JobStats>) {
+        let mut st = lock(&self.inner.state);
+        if let Some(j) = st.job.as_mut().filter(|j| j.id == id) {
+            j.state = state;
+            j.error = error;
+            j.finished_unix_ns = Some(unix_ns(SystemTime::now()));
+            if let Some(s) = stats {
+                j.stats = s;
+            }
+        }
+        st.ctl = None;
+    }
+
+    /// The current or last job.
+    pub fn job(&self) -> Option<Job> {
+        lock(&self.inner.state).job.clone()
+    }
+
+    /// `POST /v1/abort`: abort the running migration; the VM keeps running here.
+    pub async fn abort(&self) -> Result<Job> {
+        let (dom, aborted, id) = {
+            let st = lock(&self.inner.state);
+            match (st.job.as_ref(), st.ctl.as_ref()) {
+                (Some(j), Some(ctl)) if j.state == JobState::Running => {
+                    (ctl.dom.clone(), ctl.aborted.clone(), j.id)
+                }
+                (Some(j), _) if !j.state.is_final() => {
+                    return Err(Error::Conflict(format!(
+                        "migration job {} is {:?}: try again in a moment",
+                        j.id, j.state
+                    )));
+                }
+                _ => return Err(Error::Conflict("no migration is running".into())),
+            }
+        };
+        aborted.store(true, Ordering::SeqCst);
+        blocking(move || crate::sys::abort_job(&dom))
+            .await
+            .map_err(|e| Error::libvirt(format!("abort migration job {id}"), e))?;
+        tracing::info!(vm = %self.name(), job = id, "abort requested");
+        Ok(self.job().expect("a job is recorded"))
+    }
+
+    /// Events with `seq > after`, waiting up to `wait` for one.
+    pub async fn events(&self, after: u64, wait: Duration) -> api::Events {
+        let mut rx = self.inner.latest.subscribe();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            {
+                let log = lock(&self.inner.log);
+                let events: Vec<Event> = log
+                    .events
+                    .iter()
+                    .filter(|e| e.seq > after)
+                    .cloned()
+                    .collect();
+                if !events.is_empty() || tokio::time::Instant::now() >= deadline {
+                    let next = events.last().map(|e| e.seq).unwrap_or(after);
+                    return api::Events { events, next };
+                }
+            }
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
+                continue; // deadline: answer with what there is (nothing)
+            }
+        }
+    }
+
+    async fn event_task(self, mut rx: mpsc::UnboundedReceiver<RawLifecycle>, _conn: Connect) {
+        while let Some(raw) = rx.recv().await {
+            if raw.domain != self.name() {
+                continue;
+            }
+            let kind = Lifecycle::from_libvirt(raw.event, raw.detail);
+            let seq = {
+                let mut log = lock(&self.inner.log);
+                let seq = log.next_seq;
+                log.next_seq += 1;
+                log.events.push_back(Event {
+                    seq,
+                    kind,
+                    at_unix_ns: unix_ns(raw.at),
+                    node: self.inner.cfg.node.clone(),
+                    libvirt: (raw.event, raw.detail),
+                });
+                while log.events.len() > EVENT_LOG_CAP {
+                    log.events.pop_front();
+                }
+                seq
+            };
+            self.inner.latest.send_replace(seq);
+            tracing::info!(vm = %self.name(), ?kind, seq, "lifecycle event");
+            match kind {
+                // post-copy: the VM runs here, memory still arriving; the job completes at
+                // the resumed-after-migration event that follows
+                Lifecycle::ResumedPostCopy => lock(&self.inner.state).incoming = false,
+                Lifecycle::ResumedAfterMigration => {
+                    lock(&self.inner.state).incoming = false;
+                    // off the event path: events keep flowing while the stats are fetched
+                    tokio::spawn(self.clone().record_incoming(unix_ns(raw.at)));
+                }
+                Lifecycle::Failed | Lifecycle::Stopped | Lifecycle::Crashed => {
+                    lock(&self.inner.state).incoming = false
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Record the completed incoming migration's stats (the target's view, with the
+    /// downtime). They appear when libvirt's Finish phase is done, which can be just after the
+    /// resume event.
+    async fn record_incoming(self, resumed_unix_ns: u64) {
+        let (conn, name) = (self.inner.conn.clone(), self.name().to_string());
+        let stats = blocking(move || {
+            for _ in 0..50 {
+                if let Some(d) = lookup(&conn, &name)
+                    && let Ok(s) = crate::sys::job_stats(
+                        &d,
+                        sys::VIR_DOMAIN_JOB_STATS_COMPLETED
+                            | sys::VIR_DOMAIN_JOB_STATS_KEEP_COMPLETED,
+                    )
+                    && s.r#type == sys::VIR_DOMAIN_JOB_COMPLETED as i32
+                {
+                    return Some(s);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            None
+        })
+        .await;
+        match stats {
+            Some(s) => {
+                lock(&self.inner.state).last_incoming = Some(Incoming {
+                    resumed_unix_ns,
+                    stats: JobStats::from_libvirt(&s),
+                })
+            }
+            None => {
+                tracing::warn!(vm = %self.name(), "no completed-job stats for the incoming migration")
+            }
+        }
+    }
+
+    /// Check both libvirt connections every 2 s (libvirt's event loop watches their sockets
+    /// and the events connection's keepalive); flag [`Shim::lost`] when one is gone.
+    async fn watch_connections(self, events_conn: Connect) {
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let (c, e) = (self.inner.conn.clone(), events_conn.clone());
+            let alive =
+                blocking(move || c.is_alive().unwrap_or(false) && e.is_alive().unwrap_or(false))
+                    .await;
+            if !alive {
+                tracing::error!(uri = %self.inner.cfg.libvirt_uri, "lost the connection to libvirtd");
+                self.inner.lost.send_replace(true);
+                return;
+            }
+        }
+    }
+
+    /// Resolves when a connection to libvirtd is lost: the shim then cannot see events or
+    /// control its domain, and should exit so that it is restarted (and re-attaches).
+    pub async fn lost(&self) {
+        let mut rx = self.inner.lost.subscribe();
+        let _ = rx.wait_for(|lost| *lost).await;
+    }
+
+    /// Graceful shutdown: the domain keeps running; the tap and OVS port go only when no
+    /// domain of the VM's name is on this node.
+    pub async fn shutdown(&self) {
+        if let Some(job) = self.job()
+            && !job.state.is_final()
+        {
+            tracing::warn!(
+                job = job.id,
+                "shutting down during a migration: the source libvirtd keeps driving it (peer-to-peer)"
+            );
+        }
+        if self.domain().await.is_none() {
+            let cfg = &self.inner.cfg;
+            if let Err(e) = net::remove_ovs_port(&cfg.ovs_db, &cfg.bridge, &cfg.vm.nic.tap).await {
+                tracing::warn!("{e}");
+            }
+            if let Err(e) = net::remove_tap(&cfg.vm.nic.tap).await {
+                tracing::warn!("{e}");
+            }
+            tracing::info!(vm = %self.name(), "no domain here: removed the tap and its OVS port");
+        } else {
+            tracing::info!(vm = %self.name(), "the domain keeps running");
+        }
+    }
+
+    /// Whether `token` is the VM's token (constant time).
+    pub fn token_ok(&self, token: &str) -> bool {
+        crate::auth::token_matches(&self.inner.cfg.token, token)
+    }
+}
+
+fn read_state(cfg: &ShimConfig) -> Result<Persisted> {
+    match std::fs::read_to_string(&cfg.state_file) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| {
+            Error::Config(format!(
+                "state file {} is not the shim's ({e}): remove it only if the VM runs nowhere",
+                cfg.state_file.display()
+            ))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Persisted::default()),
+        Err(e) => Err(Error::Io {
+            what: format!("read the state file {}", cfg.state_file.display()),
+            source: e,
+        }),
+    }
+}
+
+fn write_state(cfg: &ShimConfig, p: &Persisted) -> Result<()> {
+    let tmp = cfg.state_file.with_extension("tmp");
+    let io = |source| Error::Io {
+        what: format!("write the state file {}", cfg.state_file.display()),
+        source,
+    };
+    std::fs::write(&tmp, serde_json::to_vec(p).expect("plain data serializes")).map_err(io)?;
+    std::fs::rename(&tmp, &cfg.state_file).map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shim_boots_its_vm_at_most_once_and_re_attaches_to_a_running_one() {
+        use StartAction::*;
+        assert_eq!(start_action(false, Mode::Boot, false), Boot);
+        assert_eq!(start_action(false, Mode::Boot, true), NoSecondBoot);
+        assert_eq!(start_action(true, Mode::Boot, false), ReAttach);
+        assert_eq!(start_action(true, Mode::Boot, true), ReAttach);
+        assert_eq!(start_action(true, Mode::Incoming, false), ReAttach);
+        assert_eq!(start_action(false, Mode::Incoming, false), WaitForMigration);
+        assert_eq!(start_action(false, Mode::Incoming, true), WaitForMigration);
+    }
+
+    #[test]
+    fn timestamps_are_unix_nanoseconds() {
+        assert_eq!(
+            unix_ns(UNIX_EPOCH + Duration::from_millis(1500)),
+            1_500_000_000
+        );
+        assert_eq!(unix_ns(UNIX_EPOCH), 0);
+    }
+}

@@ -1,0 +1,268 @@
+//! The only module of roam-shim with `unsafe` code: the few libvirt and kernel calls that no
+//! safe wrapper covers, each behind a safe function.
+//!
+//! - libvirt **domain lifecycle events** (`virConnectDomainEventRegisterAny` with
+//!   `VIR_DOMAIN_EVENT_ID_LIFECYCLE`): [`LifecycleSubscription`] hands every event to a channel
+//!   as a [`RawLifecycle`] stamped with the wall-clock time **inside the callback**, so the
+//!   migrator's route flip can be timed against the moment libvirt told us;
+//! - **job control** the `virt` 0.5 crate does not wrap: [`abort_job`], [`start_post_copy`];
+//! - the **TUN ioctls** that create a persistent kernel tap ([`create_persistent_tap`]):
+//!   tun/tap creation over rtnetlink is refused by the kernel (`tun_validate` returns
+//!   `EOPNOTSUPP`), so the tap is made the way `ip tuntap add` makes it.
+//!
+//! Audit notes: no raw pointer leaves this module; every `unsafe` block has a SAFETY comment;
+//! the callback never panics across the FFI boundary (it only formats and sends).
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, c_int, c_short, c_ulong, c_void};
+use std::fs::OpenOptions;
+use std::os::fd::AsRawFd;
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::mpsc::UnboundedSender;
+use virt::connect::Connect;
+use virt::domain::Domain;
+use virt::sys;
+
+/// One lifecycle event as libvirt delivered it, stamped when the callback ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawLifecycle {
+    /// The domain's name.
+    pub domain: String,
+    /// `virDomainEventType`.
+    pub event: i32,
+    /// The event's detail (`virDomainEvent*DetailType`).
+    pub detail: i32,
+    /// Wall-clock time taken first thing in the callback.
+    pub at: SystemTime,
+}
+
+static EVENT_LOOP: OnceLock<Result<(), String>> = OnceLock::new();
+
+/// Register libvirt's default event loop implementation and run it on a thread of its own,
+/// once per process. Must be called before opening a connection that subscribes to events.
+pub fn start_event_loop() -> Result<(), String> {
+    EVENT_LOOP
+        .get_or_init(|| {
+            virt::event::event_register_default_impl().map_err(|e| e.to_string())?;
+            std::thread::Builder::new()
+                .name("libvirt-events".into())
+                .spawn(|| {
+                    loop {
+                        if virt::event::event_run_default_impl().is_err() {
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                    }
+                })
+                .map(|_| ())
+                .map_err(|e| format!("cannot start libvirt's event loop thread: {e}"))
+        })
+        .clone()
+}
+
+/// What the callback owns: the sending side of the subscriber's channel.
+struct CallbackData {
+    tx: UnboundedSender<RawLifecycle>,
+}
+
+type LifecycleFn =
+    unsafe extern "C" fn(sys::virConnectPtr, sys::virDomainPtr, c_int, c_int, *mut c_void) -> c_int;
+type GenericFn = unsafe extern "C" fn(sys::virConnectPtr, sys::virDomainPtr, *mut c_void);
+
+unsafe extern "C" fn lifecycle_callback(
+    _conn: sys::virConnectPtr,
+    dom: sys::virDomainPtr,
+    event: c_int,
+    detail: c_int,
+    opaque: *mut c_void,
+) -> c_int {
+    // the timestamp first: it is what the migrator times the switchover with
+    let at = SystemTime::now();
+    // SAFETY: `opaque` is the `Box<CallbackData>` registered in `LifecycleSubscription::new`;
+    // libvirt keeps passing it until it calls `free_callback_data`, after the last callback.
+    let data = unsafe { &*(opaque as *const CallbackData) };
+    let domain = if dom.is_null() {
+        String::new()
+    } else {
+        // SAFETY: `dom` is valid for the duration of the callback; virDomainGetName returns a
+        // NUL-terminated string owned by `dom` (or NULL), which is copied before returning.
+        unsafe {
+            let p = sys::virDomainGetName(dom);
+            if p.is_null() {
+                String::new()
+            } else {
+                CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        }
+    };
+    // a closed channel (subscriber gone) is fine: the subscription is about to be dropped
+    let _ = data.tx.send(RawLifecycle {
+        domain,
+        event,
+        detail,
+        at,
+    });
+    0
+}
+
+unsafe extern "C" fn free_callback_data(opaque: *mut c_void) {
+    // SAFETY: libvirt calls the free callback exactly once, with the pointer registered in
+    // `LifecycleSubscription::new` (made by `Box::into_raw`), after the last event callback.
+    drop(unsafe { Box::from_raw(opaque as *mut CallbackData) });
+}
+
+/// A subscription to the lifecycle events of every domain of one connection; deregistered
+/// when dropped. Events arrive only while [`start_event_loop`] runs.
+pub struct LifecycleSubscription {
+    conn: Connect,
+    id: c_int,
+}
+
+impl LifecycleSubscription {
+    /// Subscribe `conn` (opened after [`start_event_loop`]) and send every event to `tx`.
+    pub fn new(
+        conn: &Connect,
+        tx: UnboundedSender<RawLifecycle>,
+    ) -> Result<LifecycleSubscription, virt::error::Error> {
+        let data = Box::into_raw(Box::new(CallbackData { tx }));
+        let lifecycle: LifecycleFn = lifecycle_callback;
+        // SAFETY: libvirt's documented VIR_DOMAIN_EVENT_CALLBACK cast: for
+        // VIR_DOMAIN_EVENT_ID_LIFECYCLE it calls the function with the lifecycle signature,
+        // which is what `lifecycle_callback` has. Both are `extern "C"` function pointers of
+        // the same size.
+        let generic: GenericFn =
+            unsafe { std::mem::transmute::<LifecycleFn, GenericFn>(lifecycle) };
+        // SAFETY: `conn.as_ptr()` is a live connection (we hold a reference); a NULL domain
+        // means every domain; `data` stays valid until libvirt calls `free_callback_data`.
+        let id = unsafe {
+            sys::virConnectDomainEventRegisterAny(
+                conn.as_ptr(),
+                std::ptr::null_mut(),
+                sys::VIR_DOMAIN_EVENT_ID_LIFECYCLE as c_int,
+                Some(generic),
+                data as *mut c_void,
+                Some(free_callback_data),
+            )
+        };
+        if id < 0 {
+            // SAFETY: registration failed, so libvirt did not take ownership of `data`.
+            drop(unsafe { Box::from_raw(data) });
+            return Err(virt::error::Error::last_error());
+        }
+        Ok(LifecycleSubscription {
+            conn: conn.clone(),
+            id,
+        })
+    }
+}
+
+impl Drop for LifecycleSubscription {
+    fn drop(&mut self) {
+        // SAFETY: `self.conn` keeps the connection alive; `self.id` came from a successful
+        // registration on it and is deregistered once (libvirt then frees the callback data).
+        unsafe {
+            sys::virConnectDomainEventDeregisterAny(self.conn.as_ptr(), self.id);
+        }
+    }
+}
+
+/// Abort the domain's current job (a migration): `virDomainAbortJob`.
+pub fn abort_job(dom: &Domain) -> Result<(), virt::error::Error> {
+    // SAFETY: `dom` is a live domain handle for the duration of the call.
+    let r = unsafe { sys::virDomainAbortJob(dom.as_ptr()) };
+    if r < 0 {
+        return Err(virt::error::Error::last_error());
+    }
+    Ok(())
+}
+
+/// Switch a running migration (started with `VIR_MIGRATE_POSTCOPY`) to post-copy:
+/// `virDomainMigrateStartPostCopy`.
+pub fn start_post_copy(dom: &Domain) -> Result<(), virt::error::Error> {
+    // SAFETY: `dom` is a live domain handle for the duration of the call.
+    let r = unsafe { sys::virDomainMigrateStartPostCopy(dom.as_ptr(), 0) };
+    if r < 0 {
+        return Err(virt::error::Error::last_error());
+    }
+    Ok(())
+}
+
+// _IOW('T', 202, int) and _IOW('T', 203, int) from <linux/if_tun.h>
+const TUNSETIFF: c_ulong = 0x4004_54ca;
+const TUNSETPERSIST: c_ulong = 0x4004_54cb;
+
+/// Create the persistent kernel tap `name` (`IFF_TAP | IFF_NO_PI`, like `ip tuntap add mode
+/// tap`) in the calling thread's network namespace. Fails with `EBUSY` when a tap of that
+/// name is open, `EINVAL`/`EEXIST` when another kind of device has the name.
+pub fn create_persistent_tap(name: &str) -> std::io::Result<()> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("tap name {name:?}: 1-15 characters"),
+        ));
+    }
+    let tun = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/net/tun")?;
+    // SAFETY: `ifreq` is a plain C struct (integers, arrays and a union of those): the
+    // all-zero bit pattern is a valid value.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_flags = (libc::IFF_TAP | libc::IFF_NO_PI) as c_short;
+    // SAFETY: `tun` is an open /dev/net/tun descriptor; TUNSETIFF reads (and may write back)
+    // one `ifreq`, which lives on this stack frame for the whole call.
+    if unsafe {
+        libc::ioctl(
+            tun.as_raw_fd(),
+            TUNSETIFF as _,
+            &mut ifr as *mut libc::ifreq,
+        )
+    } < 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: same descriptor, now attached to the tap; TUNSETPERSIST takes an integer
+    // argument by value.
+    if unsafe { libc::ioctl(tun.as_raw_fd(), TUNSETPERSIST as _, 1 as c_ulong) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // closing `tun` leaves the persistent tap behind for QEMU to open by name
+    Ok(())
+}
+
+/// The domain's job statistics (`virDomainGetJobStats`). Replaces `virt` 0.5's
+/// `Domain::job_stats`, which builds a `Vec` from libvirt's NULL pointer when there are no
+/// stats (no job, or no completed job yet) — undefined behaviour that aborts the process —
+/// and hands libvirt's allocation to Rust's allocator.
+pub fn job_stats(dom: &Domain, flags: u32) -> Result<virt::domain::JobStats, virt::error::Error> {
+    let mut kind: c_int = 0;
+    let mut params: sys::virTypedParameterPtr = std::ptr::null_mut();
+    let mut nparams: c_int = 0;
+    // SAFETY: `dom` is a live domain handle; libvirt writes the job type, allocates `params`
+    // (or leaves it NULL) and sets `nparams`, all through pointers to these locals.
+    let r = unsafe {
+        sys::virDomainGetJobStats(dom.as_ptr(), &mut kind, &mut params, &mut nparams, flags)
+    };
+    if r < 0 {
+        return Err(virt::error::Error::last_error());
+    }
+    let copied = if params.is_null() || nparams <= 0 {
+        Vec::new()
+    } else {
+        // SAFETY: libvirt returned `nparams` initialized parameters at `params`; they are
+        // copied (plain data; string values keep pointing into libvirt's allocation, which
+        // is only freed below, after the conversion has copied them).
+        unsafe { std::slice::from_raw_parts(params, nparams as usize) }.to_vec()
+    };
+    let stats = virt::domain::JobStats::from((kind, copied));
+    if !params.is_null() {
+        // SAFETY: `params`/`nparams` are what libvirt allocated above; freed once, after the
+        // last use of the copies' string pointers (in the conversion).
+        unsafe { sys::virTypedParamsFree(params, nparams) };
+    }
+    Ok(stats)
+}
