@@ -106,6 +106,14 @@ nodeStatusUpdateFrequency: 2s
 nodeStatusReportFrequency: 1m
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+# The lab shares its disk with builds: kubelet's default hard eviction (imagefs < 15 % free)
+# once evicted every pod and deleted every unused image on a machine with 10 % free. Keep
+# the thresholds (all four: a partial evictionHard zeroes the rest) but at the very bottom.
+evictionHard:
+  memory.available: "50Mi"
+  nodefs.available: "1%"
+  nodefs.inodesFree: "1%"
+  imagefs.available: "1%"
 EOF
   # pod-to-pod across the nodes
   for other in $NODES; do
