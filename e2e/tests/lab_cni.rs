@@ -754,8 +754,21 @@ fn status_version_gc_and_bad_input() {
         &env.conf(json!({"ovsDb": "unix:/run/h6-no-such.sock"})),
     );
     let (s, code, msg) = error_of(&st);
-    assert_eq!((s, code), (1, 50), "{msg}");
+    assert_eq!(
+        (s, code),
+        (1, 51),
+        "no OVS: existing pods are cut off too: {msg}"
+    );
     assert!(msg.contains("/run/h6-no-such.sock"), "{msg}");
+    let st = invoke_cni(
+        &env.lab,
+        "node-a",
+        &full("STATUS"),
+        &env.conf(json!({"kubeconfig": "/run/h6-no-such.kubeconfig"})),
+    );
+    let (s, code, msg) = error_of(&st);
+    assert_eq!((s, code), (1, 50), "{msg}");
+    assert!(msg.contains("h6-no-such.kubeconfig"), "{msg}");
     let st = invoke_cni(
         &env.lab,
         "node-a",

@@ -106,7 +106,7 @@ pub enum Error {
         pod: String,
         /// What is wrong with it.
         #[source]
-        source: roam_network::annotation::AnnotationError,
+        source: Box<roam_network::annotation::AnnotationError>,
     },
     /// The runtime's CNI_IFNAME is not one of the pod's interfaces.
     #[error(
@@ -158,9 +158,15 @@ pub enum Error {
         /// What the rollback could not remove.
         rollback: Vec<String>,
     },
-    /// STATUS: the plugin cannot add containers right now.
-    #[error("roam-cni is not ready: {0}")]
-    NotAvailable(String),
+    /// STATUS: the plugin cannot add containers right now; `degraded` when what is missing
+    /// (the node's OVS) also carries the existing containers' traffic.
+    #[error("roam-cni is not ready: {reason}")]
+    NotAvailable {
+        /// What is missing.
+        reason: String,
+        /// Existing containers may have limited connectivity too.
+        degraded: bool,
+    },
 }
 
 impl Error {
@@ -182,7 +188,10 @@ impl Error {
             Error::Netlink { .. } => NETLINK,
             Error::CheckFailed { .. } => CHECK_FAILED,
             Error::RolledBackBadly { primary, .. } => primary.code(),
-            Error::NotAvailable(_) => NOT_AVAILABLE,
+            Error::NotAvailable {
+                degraded: false, ..
+            } => NOT_AVAILABLE,
+            Error::NotAvailable { degraded: true, .. } => NOT_AVAILABLE_DEGRADED,
         }
     }
 
@@ -235,7 +244,7 @@ impl Error {
                  container removes it",
                 primary.details()
             ),
-            Error::NotAvailable(_) => "roam-cni needs the node's OVS (br-int) and its \
+            Error::NotAvailable { .. } => "roam-cni needs the node's OVS (br-int) and its \
                 kubeconfig; see the node installer's log"
                 .into(),
         }

@@ -126,7 +126,7 @@ async fn add(env: &CniEnv, conf: &NetConf) -> Result<Value> {
         Error::BadAnnotation {
             namespace: namespace.clone(),
             pod: pod.clone(),
-            source,
+            source: Box::new(source),
         }
     })?;
     let plans = plan::plan(&conf.name, key, (&namespace, &pod), &addresses)?;
@@ -277,15 +277,20 @@ async fn check(env: &CniEnv, conf: &NetConf) -> Result<()> {
 }
 
 async fn status(conf: &NetConf) -> Result<()> {
+    // without the node's OVS, existing pods have no datapath either: 51
+    let degraded = |reason: String| Error::NotAvailable {
+        reason,
+        degraded: true,
+    };
     let ovs = Ovs::connect(&conf.ovs_db, &conf.bridge)
         .await
-        .map_err(|e| Error::NotAvailable(e.to_string()))?;
+        .map_err(|e| degraded(e.to_string()))?;
     if !ovs
         .bridge_exists()
         .await
-        .map_err(|e| Error::NotAvailable(e.to_string()))?
+        .map_err(|e| degraded(e.to_string()))?
     {
-        return Err(Error::NotAvailable(format!(
+        return Err(degraded(format!(
             "bridge {} does not exist in {} (ovn-controller creates it)",
             conf.bridge, conf.ovs_db
         )));
@@ -293,10 +298,10 @@ async fn status(conf: &NetConf) -> Result<()> {
     if let Some(k) = &conf.kubeconfig
         && let Err(e) = std::fs::metadata(k)
     {
-        return Err(Error::NotAvailable(format!(
-            "kubeconfig {}: {e} (the installer writes it)",
-            k.display()
-        )));
+        return Err(Error::NotAvailable {
+            reason: format!("kubeconfig {}: {e} (the installer writes it)", k.display()),
+            degraded: false,
+        });
     }
     Ok(())
 }
@@ -334,3 +339,6 @@ async fn gc(conf: &NetConf) -> Result<()> {
         )))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -105,12 +105,12 @@ pub fn plan(
         return Err(Error::BadAnnotation {
             namespace: pod.0.into(),
             pod: pod.1.into(),
-            source: roam_network::annotation::AnnotationError::InvalidField {
+            source: Box::new(roam_network::annotation::AnnotationError::InvalidField {
                 interface: key.ifname.clone(),
                 field: "(list)",
                 value: addresses.len().to_string(),
                 problem: "at most 255 interfaces per pod".into(),
-            },
+            }),
         });
     }
     addresses
@@ -120,7 +120,7 @@ pub fn plan(
             let mac = a.mac().map_err(|source| Error::BadAnnotation {
                 namespace: pod.0.into(),
                 pod: pod.1.into(),
-                source,
+                source: Box::new(source),
             })?;
             let mac: [u8; 6] = mac.into();
             let mac_text = a.mac.to_ascii_lowercase();
