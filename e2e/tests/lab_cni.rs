@@ -927,3 +927,320 @@ fn status_version_gc_and_bad_input() {
     assert_eq!(env.leftovers("node-a", "h6c5"), Vec::<String>::new());
     assert!(ns5.try_run("ip", &["link", "show", "eth0"]).is_err());
 }
+
+/// roam-cni installed as both nodes' CNI (binary in /opt/cni/bin, `00-roam.conflist` sorting
+/// before the stand-in's `10-lab-bridge.conflist`); dropping it restores the stand-in.
+struct RoamAsNodeCni {
+    files: Vec<std::path::PathBuf>,
+}
+
+/// The CNI network name of the real-node test (its attachments' `roam.dev/cni-network`).
+const NODE_NET_NAME: &str = "h6-lab";
+
+impl RoamAsNodeCni {
+    fn install(lab: &Lab) -> RoamAsNodeCni {
+        let mut g = RoamAsNodeCni { files: vec![] };
+        let bin = roam_e2e::cni_binary();
+        for node in ["node-a", "node-b"] {
+            let dir = lab.dir().join(node);
+            let bin_dir = dir.join("fs_opt_cni/bin");
+            std::fs::copy(&bin, bin_dir.join(".roam-cni.tmp")).expect("copy roam-cni");
+            std::fs::rename(bin_dir.join(".roam-cni.tmp"), bin_dir.join("roam-cni"))
+                .expect("install roam-cni");
+            g.files.push(bin_dir.join("roam-cni"));
+            let conf_dir = dir.join("fs_etc_cni_net.d");
+            let conflist = json!({
+                "cniVersion": "1.0.0",
+                "cniVersions": ["1.0.0", "1.1.0"],
+                "name": NODE_NET_NAME,
+                "plugins": [{
+                    "type": "roam-cni",
+                    "kubeconfig": lab.kubeconfig(),
+                    "ovsDb": "unix:/run/openvswitch/db.sock",
+                    // short: other sessions' pods created meanwhile fail fast and retry
+                    "annotationTimeoutSeconds": 5,
+                }],
+            });
+            // written aside (containerd ignores *.tmp), then renamed into place
+            let tmp = conf_dir.join(".00-roam.tmp");
+            std::fs::write(&tmp, serde_json::to_string_pretty(&conflist).unwrap())
+                .expect("write the conflist");
+            std::fs::rename(&tmp, conf_dir.join("00-roam.conflist")).expect("install the conflist");
+            // the conflist first: removed first on drop
+            g.files.insert(0, conf_dir.join("00-roam.conflist"));
+        }
+        g
+    }
+}
+
+impl Drop for RoamAsNodeCni {
+    fn drop(&mut self) {
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+/// A busybox pod on `node` with `annotation` set at creation.
+fn node_pod(name: &str, node: &str, annotation: Option<&str>) -> Pod {
+    let mut meta = json!({"name": name, "labels": {"roam.dev/e2e": "h6-cni"}});
+    if let Some(a) = annotation {
+        meta["annotations"] = json!({roam_network::annotation::ADDRESSES: a});
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            // the shared machine's disk often sits under kubelet's imagefs threshold (15%
+            // free): a critical pod is admitted under DiskPressure and never evicted
+            "priorityClassName": "system-node-critical",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "c",
+                "image": "lab.local/busybox:1.35",
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", "exec sleep 3600"],
+            }],
+        },
+    }))
+    .expect("pod JSON")
+}
+
+/// Under DiskPressure kubelet's image GC removes every unused image, the lab's local ones
+/// included (they cannot be pulled): import them again, as `e2e/lab up` does, when missing.
+fn ensure_images(lab: &Lab) {
+    let cache = std::env::var("ROAM_CACHE").unwrap_or_else(|_| "/var/cache/roam".into());
+    for node in ["node-a", "node-b"] {
+        let have = node_try_run(lab, node, "ctr", &["-n", "k8s.io", "images", "ls", "-q"])
+            .unwrap_or_default();
+        for (image, tar) in [
+            ("registry.k8s.io/pause:3.2", "pause.tar"),
+            ("lab.local/busybox:1.35", "busybox.tar"),
+        ] {
+            if !have.lines().any(|l| l == image) {
+                let tar = format!("{cache}/images/{tar}");
+                node_try_run(
+                    lab,
+                    node,
+                    "ctr",
+                    &["-n", "k8s.io", "images", "import", &tar],
+                )
+                .unwrap_or_else(|e| panic!("import {tar} on {node}: {e}"));
+            }
+        }
+    }
+}
+
+fn pod_ip(pods: &Api<Pod>, rt: &tokio::runtime::Runtime, name: &str) -> Option<String> {
+    let p = rt.block_on(pods.get_opt(name)).ok()??;
+    let st = p.status?;
+    (st.phase.as_deref() == Some("Running")).then_some(())?;
+    st.pod_ip
+}
+
+#[test]
+fn real_nodes_get_pod_interfaces_from_roam_cni_through_containerd() {
+    const NODE_NET: &str = "h6-node";
+    const NODE_OCTET: u8 = 131;
+    let env = Env::new();
+    let lab = env.lab.clone();
+    let net = LabNetwork::new(&lab, NODE_NET, &[]);
+    let (spec, nodes) = overlay_fixture(NODE_NET, NODE_OCTET);
+    let gw = spec.gateway;
+    let ports: Vec<PortSpec> = [(1u8, "node-a"), (2, "node-b")]
+        .into_iter()
+        .map(|(i, node)| PortSpec {
+            name: format!("k{i}"),
+            mac: MacAddr::new([0x0a, 0x58, 100, NODE_OCTET, 1, i]),
+            ip: std::net::Ipv4Addr::new(100, NODE_OCTET, 1, i),
+            node: node.into(),
+            also_on: vec![],
+            dhcp: false,
+            marking: None,
+        })
+        .collect();
+    reconcile_on_lab(
+        &lab,
+        NODE_NET,
+        &plan_overlay(&spec, &nodes, &ports).expect("plan"),
+    );
+    let annotations: Vec<String> = ports
+        .iter()
+        .map(|p| {
+            let mut a = overlay_address(p, "eth0");
+            a.network = NODE_NET.into();
+            a.gateway = gw;
+            annotation(&[a])
+        })
+        .collect();
+    let names = ["h6-pod-a", "h6-pod-b"];
+    for n in names {
+        let _ = env
+            .rt
+            .block_on(env.pods.delete(n, &DeleteParams::default().grace_period(0)));
+    }
+
+    ensure_images(&lab);
+    // --- the window in which roam-cni is the nodes' CNI: as short as the pods' lives ---
+    let guard = RoamAsNodeCni::install(&lab);
+    for (i, (n, node)) in names.iter().zip(["node-a", "node-b"]).enumerate() {
+        env.rt
+            .block_on(env.pods.create(
+                &PostParams::default(),
+                &node_pod(n, node, Some(&annotations[i])),
+            ))
+            .unwrap_or_else(|e| panic!("create {n}: {e}"));
+    }
+    let kubectl = |args: &[&str]| {
+        let mut all = vec!["--kubeconfig", lab.kubeconfig(), "-n", K8S_NS];
+        all.extend_from_slice(args);
+        try_run(lab.kubectl(), &all)
+    };
+    let ips: Vec<String> = names
+        .iter()
+        .map(|n| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            loop {
+                if let Some(ip) = pod_ip(&env.pods, &env.rt, n) {
+                    break ip;
+                }
+                if std::time::Instant::now() > deadline {
+                    panic!(
+                        "{n} Running with an IP in time:\n{}",
+                        kubectl(&["describe", "pod", n]).unwrap_or_else(|e| e)
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })
+        .collect();
+    // containerd picked up the new conflist: the addresses are roam's, not the stand-in's
+    assert_eq!(ips, vec!["100.131.1.1", "100.131.1.2"], "pod IPs");
+    let link = kubectl(&["exec", names[0], "--", "ip", "addr", "show", "eth0"]).unwrap();
+    assert!(link.contains("inet 100.131.1.1/32"), "{link}");
+    assert!(link.contains(&ports[0].mac.to_string()), "{link}");
+    assert!(link.contains("mtu 1400"), "{link}");
+    let routes = kubectl(&["exec", names[0], "--", "ip", "route"]).unwrap();
+    assert!(
+        routes.contains("default via 100.131.0.1 dev eth0"),
+        "{routes}"
+    );
+    assert!(
+        routes.contains("100.131.0.1 dev eth0 scope link"),
+        "{routes}"
+    );
+    let ping = wait_until(WAIT, "pod-a to ping pod-b through OVN", || {
+        kubectl(&[
+            "exec", names[0], "--", "ping", "-c", "2", "-W", "2", &ips[1],
+        ])
+        .ok()
+    });
+    assert!(ping.contains("2 packets received"), "{ping}");
+
+    // the host side: an OVS port per pod, bound to its OVN port
+    let host_ports: Vec<(String, String)> = [("node-a", "k1.node-a"), ("node-b", "k2.node-b")]
+        .iter()
+        .map(|(node, lsp)| {
+            let out = vsctl(
+                &lab.node(node),
+                &[
+                    "--bare",
+                    "--columns=name",
+                    "find",
+                    "interface",
+                    &format!("external_ids:iface-id=\"{lsp}\""),
+                ],
+            );
+            let name = out.trim().to_string();
+            assert!(
+                name.starts_with("rm") && name.len() == 15,
+                "{node}: {out:?}"
+            );
+            (node.to_string(), name)
+        })
+        .collect();
+
+    // deleting the pods removes every veth and OVS port
+    for n in names {
+        env.rt
+            .block_on(env.pods.delete(n, &DeleteParams::default()))
+            .unwrap_or_else(|e| panic!("delete {n}: {e}"));
+    }
+    wait_until(Duration::from_secs(120), "both pods to be gone", || {
+        names
+            .iter()
+            .all(|n| {
+                env.rt
+                    .block_on(env.pods.get_opt(n))
+                    .ok()
+                    .flatten()
+                    .is_none()
+            })
+            .then_some(())
+    });
+    for (node, host) in &host_ports {
+        wait_until(
+            Duration::from_secs(60),
+            "the pod's veth and OVS port to go",
+            || {
+                let link = node_try_run(&lab, node, "ip", &["link", "show", host]);
+                let port = vsctl(
+                    &lab.node(node),
+                    &[
+                        "--bare",
+                        "--columns=name",
+                        "find",
+                        "interface",
+                        &format!("name={host}"),
+                    ],
+                );
+                (link.is_err() && port.trim().is_empty()).then_some(())
+            },
+        );
+        let ours = vsctl(
+            &lab.node(node),
+            &[
+                "--bare",
+                "--columns=name",
+                "find",
+                "interface",
+                &format!("external_ids:\"roam.dev/cni-network\"={NODE_NET_NAME}"),
+            ],
+        );
+        assert_eq!(ours.trim(), "", "{node}: attachments left");
+    }
+    drop(guard);
+    // --- window closed: the stand-in bridge CNI is the nodes' CNI again ---
+    for node in ["node-a", "node-b"] {
+        let d = lab.dir().join(node);
+        assert!(!d.join("fs_etc_cni_net.d/00-roam.conflist").exists());
+        assert!(d.join("fs_etc_cni_net.d/10-lab-bridge.conflist").exists());
+    }
+    // and containerd reloaded it: a new pod gets the stand-in's address again
+    ensure_images(&lab);
+    let probe = "h6-pod-after";
+    env.rt
+        .block_on(
+            env.pods
+                .create(&PostParams::default(), &node_pod(probe, "node-a", None)),
+        )
+        .expect("create the probe pod");
+    let ip = wait_until(Duration::from_secs(120), "the probe pod to run", || {
+        pod_ip(&env.pods, &env.rt, probe)
+    });
+    let _ = env
+        .rt
+        .block_on(env.pods.delete(probe, &DeleteParams::default()));
+    assert!(ip.starts_with("10.215.11."), "stand-in CNI again: {ip}");
+    wait_until(Duration::from_secs(120), "the probe pod to be gone", || {
+        env.rt
+            .block_on(env.pods.get_opt(probe))
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    });
+    drop(net);
+}
