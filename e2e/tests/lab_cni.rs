@@ -1244,3 +1244,30 @@ fn real_nodes_get_pod_interfaces_from_roam_cni_through_containerd() {
     });
     drop(net);
 }
+
+#[test]
+fn the_node_installer_manifest_is_accepted_by_the_api_server() {
+    let lab = Lab::get();
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/cni-daemonset.yaml");
+    let out = try_run(
+        lab.kubectl(),
+        &[
+            "--kubeconfig",
+            lab.kubeconfig(),
+            "apply",
+            "--dry-run=server",
+            "-f",
+            manifest,
+        ],
+    )
+    .unwrap_or_else(|e| panic!("server-side dry run of {manifest}: {e}"));
+    for object in [
+        "serviceaccount/roam-cni",
+        "clusterrole.rbac.authorization.k8s.io/roam-cni",
+        "clusterrolebinding.rbac.authorization.k8s.io/roam-cni",
+        "daemonset.apps/roam-cni",
+    ] {
+        assert!(out.contains(object), "{object} not in {out}");
+    }
+    assert_eq!(out.matches("(server dry run)").count(), 4, "{out}");
+}
