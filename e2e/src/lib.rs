@@ -469,7 +469,8 @@ impl Drop for NodeNetns {
 }
 
 /// The roam-cni binary of this checkout (`cargo build -p roam-cni` builds it; CI builds the
-/// whole workspace first). Panics when it is missing or older than its sources.
+/// whole workspace first). Panics when it is missing or older than a source it was built from
+/// (per cargo's dep-info), except while the thread is already panicking (cleanup).
 pub fn cni_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("the test's own path");
     // target/<profile>/deps/<test> → target/<profile>/roam-cni
@@ -478,6 +479,9 @@ pub fn cni_binary() -> PathBuf {
         .and_then(|d| d.parent())
         .expect("target/<profile>")
         .join("roam-cni");
+    if std::thread::panicking() {
+        return bin;
+    }
     let built = std::fs::metadata(&bin)
         .and_then(|m| m.modified())
         .unwrap_or_else(|e| {
@@ -486,15 +490,22 @@ pub fn cni_binary() -> PathBuf {
                 bin.display()
             )
         });
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates/cni/src");
-    for f in std::fs::read_dir(&src).expect("crates/cni/src").flatten() {
-        let m = f.metadata().and_then(|m| m.modified()).expect("mtime");
-        assert!(
-            m <= built,
-            "{} is older than {}: rebuild it with cargo build -p roam-cni",
-            bin.display(),
-            f.path().display()
-        );
+    // "target/debug/roam-cni: src1 src2 ..." (paths with spaces are escaped with '\ ')
+    let dep_info = std::fs::read_to_string(bin.with_extension("d")).unwrap_or_default();
+    let sources = dep_info
+        .lines()
+        .next()
+        .and_then(|l| l.split_once(": "))
+        .map(|(_, deps)| deps.replace("\\ ", "\u{0}"))
+        .unwrap_or_default();
+    for src in sources.split_whitespace().map(|s| s.replace('\u{0}', " ")) {
+        if let Ok(m) = std::fs::metadata(&src).and_then(|m| m.modified()) {
+            assert!(
+                m <= built,
+                "{} is older than {src}: rebuild it with cargo build -p roam-cni",
+                bin.display()
+            );
+        }
     }
     bin
 }

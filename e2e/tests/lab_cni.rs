@@ -242,8 +242,12 @@ impl Env {
     /// Remove every attachment of this network from both nodes (a killed run's leftovers).
     fn sweep(&self) -> Vec<String> {
         let mut failed = vec![];
-        for node in ["node-a", "node-b"] {
-            let conf = self.conf(json!({"kubeconfig": null, "cni.dev/valid-attachments": []}));
+        for (node, name) in ["node-a", "node-b"]
+            .into_iter()
+            .flat_map(|n| [(n, NET), (n, NODE_NET_NAME)])
+        {
+            let conf = self
+                .conf(json!({"kubeconfig": null, "cni.dev/valid-attachments": [], "name": name}));
             let out = invoke_cni(
                 &self.lab,
                 node,
@@ -316,6 +320,61 @@ fn routes(ns: &NodeNetns) -> Vec<String> {
         .collect()
 }
 
+/// A TCP exchange from `client` to `server_ip` (a listener in `server` on `server_node`):
+/// the datapath carries more than ICMP (checksums, segments).
+fn tcp_across(
+    lab: &Lab,
+    server: &NodeNetns,
+    server_node: &str,
+    client: &NodeNetns,
+    server_ip: &str,
+) {
+    use std::process::{Command, Stdio};
+    let pid = roam_e2e::holder_pid(lab, server_node);
+    let listener = Command::new("timeout")
+        .args([
+            "30",
+            "nsenter",
+            "-t",
+            &pid,
+            "-m",
+            "--",
+            "ip",
+            "netns",
+            "exec",
+            &server.name,
+        ])
+        .args(["busybox", "nc", "-l", "-p", "5001"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the listener");
+    let payload = "roam-cni-tcp-".repeat(400); // several segments
+    wait_until(
+        Duration::from_secs(20),
+        "a TCP connection across OVN",
+        || {
+            client
+                .try_run(
+                    "sh",
+                    &[
+                        "-c",
+                        &format!("echo {payload} | busybox nc -w 5 {server_ip} 5001"),
+                    ],
+                )
+                .ok()
+        },
+    );
+    let out = listener.wait_with_output().expect("the listener ends");
+    let got = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        got.trim(),
+        payload,
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn annotation(list: &[PodAddress]) -> String {
     addresses_annotation(list).expect("a valid annotation")
 }
@@ -383,6 +442,7 @@ fn add_check_del_on_the_overlay_across_nodes() {
         || ns1.ping_once("100.130.1.2").then_some(()),
     );
     assert!(ns2.ping_once("100.130.1.1") || ns2.ping_once("100.130.1.1"));
+    tcp_across(&env.lab, &ns2, "node-b", &ns1, "100.130.1.2");
 
     // CHECK agrees with the ADD's result
     let check_conf = env.conf(json!({"prevResult": r1}));
@@ -1001,7 +1061,9 @@ fn node_pod(name: &str, node: &str, annotation: Option<&str>) -> Pod {
                 "name": "c",
                 "image": "lab.local/busybox:1.35",
                 "imagePullPolicy": "Never",
-                "command": ["sh", "-c", "exec sleep 3600"],
+                // a TCP server: 2000 lines of 13 bytes to whoever connects on 5001
+                "command": ["sh", "-c",
+                    "while :; do yes roam-cni-tcp | head -n 2000 | nc -l -p 5001; done & exec sleep 3600"],
             }],
         },
     }))
@@ -1033,11 +1095,53 @@ fn ensure_images(lab: &Lab) {
     }
 }
 
+/// The IP of pod `name` once its container is running and ready.
 fn pod_ip(pods: &Api<Pod>, rt: &tokio::runtime::Runtime, name: &str) -> Option<String> {
     let p = rt.block_on(pods.get_opt(name)).ok()??;
     let st = p.status?;
     (st.phase.as_deref() == Some("Running")).then_some(())?;
+    st.container_statuses?.first()?.ready.then_some(())?;
     st.pod_ip
+}
+
+/// Deletes the pods it names, and waits until they are gone, when dropped: declared after
+/// [`RoamAsNodeCni`], it runs first, so the pods' DEL still goes to roam-cni.
+struct DeletePods<'a> {
+    env: &'a Env,
+    names: Vec<String>,
+}
+
+impl DeletePods<'_> {
+    fn delete_and_wait(&mut self) -> Result<(), String> {
+        for n in &self.names {
+            let _ = self
+                .env
+                .rt
+                .block_on(self.env.pods.delete(n, &DeleteParams::default()));
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while std::time::Instant::now() < deadline {
+            let left: Vec<&String> = self
+                .names
+                .iter()
+                .filter(|n| !matches!(self.env.rt.block_on(self.env.pods.get_opt(n)), Ok(None)))
+                .collect();
+            if left.is_empty() {
+                self.names.clear();
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Err(format!("pods {:?} still there after 120 s", self.names))
+    }
+}
+
+impl Drop for DeletePods<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.delete_and_wait() {
+            eprintln!("cleanup: {e}");
+        }
+    }
 }
 
 #[test]
@@ -1085,6 +1189,10 @@ fn real_nodes_get_pod_interfaces_from_roam_cni_through_containerd() {
     ensure_images(&lab);
     // --- the window in which roam-cni is the nodes' CNI: as short as the pods' lives ---
     let guard = RoamAsNodeCni::install(&lab);
+    let mut pods_guard = DeletePods {
+        env: &env,
+        names: names.iter().map(|n| n.to_string()).collect(),
+    };
     for (i, (n, node)) in names.iter().zip(["node-a", "node-b"]).enumerate() {
         env.rt
             .block_on(env.pods.create(
@@ -1138,6 +1246,22 @@ fn real_nodes_get_pod_interfaces_from_roam_cni_through_containerd() {
         .ok()
     });
     assert!(ping.contains("2 packets received"), "{ping}");
+    let tcp = wait_until(
+        WAIT,
+        "pod-a to read 26000 bytes from pod-b over TCP",
+        || {
+            let out = kubectl(&[
+                "exec",
+                names[0],
+                "--",
+                "sh",
+                "-c",
+                &format!("nc -w 5 {} 5001 | wc -c", ips[1]),
+            ]);
+            out.ok().filter(|out| out.trim() == "26000")
+        },
+    );
+    assert_eq!(tcp.trim(), "26000");
 
     // the host side: an OVS port per pod, bound to its OVN port
     let host_ports: Vec<(String, String)> = [("node-a", "k1.node-a"), ("node-b", "k2.node-b")]
@@ -1163,23 +1287,7 @@ fn real_nodes_get_pod_interfaces_from_roam_cni_through_containerd() {
         .collect();
 
     // deleting the pods removes every veth and OVS port
-    for n in names {
-        env.rt
-            .block_on(env.pods.delete(n, &DeleteParams::default()))
-            .unwrap_or_else(|e| panic!("delete {n}: {e}"));
-    }
-    wait_until(Duration::from_secs(120), "both pods to be gone", || {
-        names
-            .iter()
-            .all(|n| {
-                env.rt
-                    .block_on(env.pods.get_opt(n))
-                    .ok()
-                    .flatten()
-                    .is_none()
-            })
-            .then_some(())
-    });
+    pods_guard.delete_and_wait().expect("both pods deleted");
     for (node, host) in &host_ports {
         wait_until(
             Duration::from_secs(60),
@@ -1211,6 +1319,7 @@ fn real_nodes_get_pod_interfaces_from_roam_cni_through_containerd() {
         );
         assert_eq!(ours.trim(), "", "{node}: attachments left");
     }
+    drop(pods_guard);
     drop(guard);
     // --- window closed: the stand-in bridge CNI is the nodes' CNI again ---
     for node in ["node-a", "node-b"] {

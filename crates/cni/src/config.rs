@@ -108,6 +108,10 @@ pub struct NetConf {
     pub prev_result: Option<Value>,
     /// `cni.dev/valid-attachments` (GC).
     pub valid_attachments: Option<Vec<AttachmentKey>>,
+    /// `txOffloads`: keep (true) or turn off (false) the pod interfaces' transmit offloads;
+    /// absent: off when the bridge's datapath is OVS's userspace one (`netdev`), which
+    /// cannot take partial checksums or GSO frames from a veth.
+    pub tx_offloads: Option<bool>,
 }
 
 fn bad(field: &str, problem: impl Into<String>) -> Error {
@@ -237,6 +241,16 @@ pub fn parse_conf(command: Command, stdin: &[u8]) -> Result<NetConf> {
             ));
         }
     };
+    let tx_offloads = match obj.get("txOffloads") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(other) => {
+            return Err(bad(
+                "txOffloads",
+                format!("must be true or false (absent: decided by the datapath), not {other}"),
+            ));
+        }
+    };
     if command == Command::Gc && valid_attachments.is_none() {
         return Err(bad(
             "cni.dev/valid-attachments",
@@ -258,6 +272,7 @@ pub fn parse_conf(command: Command, stdin: &[u8]) -> Result<NetConf> {
         annotation_timeout,
         prev_result,
         valid_attachments,
+        tx_offloads,
     })
 }
 

@@ -9,7 +9,8 @@
 //! [`run`] wires them per command.
 //!
 //! - ADD: wait (bounded) for the annotation; per interface a veth pair, the pod side named,
-//!   MAC'd and MTU'd per the annotation, the host side a port of `br-int` with
+//!   MAC'd and MTU'd per the annotation (transmit offloads off when the bridge's datapath is
+//!   OVS's userspace one, see [`ethtool`]), the host side a port of `br-int` with
 //!   `external_ids:iface-id` = the OVN port; overlay: `A/32`, `GW/32` on-link, default via GW;
 //!   underlay: `A/plen`, default via GW. DHCP-annotated interfaces get the same values set
 //!   statically (they are what OVN's DHCP row holds; a container has no DHCP client). A
@@ -25,6 +26,7 @@
 pub mod check;
 pub mod config;
 mod error;
+pub mod ethtool;
 pub mod kube;
 pub mod netlink;
 pub mod ovs;
@@ -140,7 +142,11 @@ async fn add(env: &CniEnv, conf: &NetConf) -> Result<Value> {
             leftovers.join("; ")
         )));
     }
-    match plumb(&plans, &netns, &ovs, &host).await {
+    let tx_offloads = match conf.tx_offloads {
+        Some(keep) => keep,
+        None => ovs.datapath_type().await? != "netdev",
+    };
+    match plumb(&plans, &netns, &ovs, &host, tx_offloads).await {
         Ok(()) => {
             let r = result::build(&plans, env.netns.as_deref().expect("checked"));
             Ok(result::render(&r, &conf.cni_version))
@@ -159,13 +165,26 @@ async fn add(env: &CniEnv, conf: &NetConf) -> Result<Value> {
     }
 }
 
-async fn plumb(plans: &[InterfacePlan], netns: &File, ovs: &Ovs, host: &Netlink) -> Result<()> {
+async fn plumb(
+    plans: &[InterfacePlan],
+    netns: &File,
+    ovs: &Ovs,
+    host: &Netlink,
+    tx_offloads: bool,
+) -> Result<()> {
     let pod = Netlink::in_netns(netns)?;
+    let genl = match tx_offloads {
+        true => None,
+        false => Some(netlink::enter(netns, ethtool::socket)??),
+    };
     for p in plans {
         host.create_veth(&p.host_ifname, &p.pod_ifname, p.mac, p.mtu, netns)
             .await?;
         host.set_up(&p.host_ifname).await?;
         ovs.add_port(&p.host_ifname, &p.external_ids).await?;
+        if let Some(sock) = &genl {
+            ethtool::disable_tx_offloads(sock, &p.pod_ifname)?;
+        }
         let index = pod.set_up(&p.pod_ifname).await?;
         pod.add_address(index, &p.pod_ifname, p.ip, p.prefix_len)
             .await?;

@@ -72,20 +72,7 @@ impl Netlink {
 
     /// A connection to the namespace `netns` (an open nsfs file).
     pub fn in_netns(netns: &File) -> Result<Netlink> {
-        let host = File::open("/proc/thread-self/ns/net").map_err(|e| Error::Netlink {
-            action: "open this thread's network namespace".into(),
-            reason: e.to_string(),
-        })?;
-        setns(netns, CloneFlags::CLONE_NEWNET).map_err(|e| Error::Netlink {
-            action: "enter the pod's network namespace".into(),
-            reason: format!("{e} (is CNI_NETNS a network namespace?)"),
-        })?;
-        let conn = Self::connect();
-        if let Err(e) = setns(&host, CloneFlags::CLONE_NEWNET) {
-            // continuing would apply host-side changes inside the pod: stop here
-            panic!("roam-cni cannot return to the host's network namespace: {e}");
-        }
-        conn
+        enter(netns, Self::connect)?
     }
 
     /// The index of link `name`, `None` when there is none.
@@ -314,6 +301,25 @@ impl Netlink {
             })
             .collect())
     }
+}
+
+/// Run `f` (which must not block on anything async) with this thread in the namespace
+/// `netns`, and come back: sockets `f` opens stay bound to `netns`.
+pub fn enter<T>(netns: &File, f: impl FnOnce() -> T) -> Result<T> {
+    let host = File::open("/proc/thread-self/ns/net").map_err(|e| Error::Netlink {
+        action: "open this thread's network namespace".into(),
+        reason: e.to_string(),
+    })?;
+    setns(netns, CloneFlags::CLONE_NEWNET).map_err(|e| Error::Netlink {
+        action: "enter the pod's network namespace".into(),
+        reason: format!("{e} (is CNI_NETNS a network namespace?)"),
+    })?;
+    let out = f();
+    if let Err(e) = setns(&host, CloneFlags::CLONE_NEWNET) {
+        // continuing would apply host-side changes inside the pod: stop here
+        panic!("roam-cni cannot return to the host's network namespace: {e}");
+    }
+    Ok(out)
 }
 
 fn name_of(links: &[(u32, ObservedLink)], index: u32) -> String {

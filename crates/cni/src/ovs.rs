@@ -73,6 +73,28 @@ impl Ovs {
         Ok(!rows.is_empty())
     }
 
+    /// The bridge's `datapath_type` (`""`/`system`: the kernel's; `netdev`: userspace).
+    pub async fn datapath_type(&self) -> Result<String> {
+        let res = self
+            .client
+            .transact(
+                DATABASE,
+                vec![ops::select(
+                    "Bridge",
+                    vec![ops::cond("name", "==", json!(self.bridge))],
+                    Some(&["datapath_type"]),
+                )],
+            )
+            .await
+            .map_err(ovs_err("read the bridge's datapath type"))?;
+        Ok(res[0]["rows"]
+            .get(0)
+            .and_then(|r| r.get("datapath_type"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string())
+    }
+
     /// Add port `name` (a system interface of the same name) to the bridge with
     /// `external_ids`, in one transaction.
     pub async fn add_port(

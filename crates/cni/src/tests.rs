@@ -770,3 +770,123 @@ fn check_names_each_drift() {
         assert!(d.contains(&want), "{want:?} not in {d:?}");
     }
 }
+
+mod ethtool_messages {
+    use crate::ethtool::{Reply, TX_OFFLOADS, family_request, features_off_request, parse_reply};
+
+    fn u16_at(b: &[u8], at: usize) -> u16 {
+        u16::from_ne_bytes([b[at], b[at + 1]])
+    }
+
+    fn u32_at(b: &[u8], at: usize) -> u32 {
+        u32::from_ne_bytes(b[at..at + 4].try_into().unwrap())
+    }
+
+    /// The attributes of a region as (type without flags, nested flag, payload).
+    fn attrs(b: &[u8]) -> Vec<(u16, bool, &[u8])> {
+        let mut out = vec![];
+        let mut at = 0;
+        while at + 4 <= b.len() {
+            let len = u16_at(b, at) as usize;
+            let kind = u16_at(b, at + 2);
+            out.push((kind & 0x3fff, kind & 0x8000 != 0, &b[at + 4..at + len]));
+            at += (len + 3) & !3;
+        }
+        out
+    }
+
+    #[test]
+    fn the_family_lookup_asks_the_controller_for_ethtool() {
+        let m = family_request(7);
+        assert_eq!(u32_at(&m, 0) as usize, m.len());
+        assert_eq!(u16_at(&m, 4), 0x10, "GENL_ID_CTRL");
+        assert_eq!(u16_at(&m, 6), 0x5, "REQUEST|ACK");
+        assert_eq!(u32_at(&m, 8), 7);
+        assert_eq!(m[16], 3, "CTRL_CMD_GETFAMILY");
+        assert_eq!(attrs(&m[20..]), vec![(2, false, &b"ethtool\0"[..])]);
+    }
+
+    #[test]
+    fn features_set_names_each_feature_without_a_value() {
+        let m = features_off_request(21, 9, "eth0", TX_OFFLOADS);
+        assert_eq!(u32_at(&m, 0) as usize, m.len());
+        assert_eq!(u16_at(&m, 4), 21, "the family's id");
+        assert_eq!(
+            (m[16], m[17]),
+            (12, 1),
+            "ETHTOOL_MSG_FEATURES_SET, version 1"
+        );
+        let top = attrs(&m[20..]);
+        assert_eq!(top.len(), 2);
+        let (kind, nested, header) = top[0];
+        assert_eq!((kind, nested), (1, true), "ETHTOOL_A_FEATURES_HEADER");
+        let header = attrs(header);
+        assert_eq!(header[0], (2, false, &b"eth0\0"[..]));
+        assert_eq!((header[1].0, u32_at(header[1].2, 0)), (3, 2), "OMIT_REPLY");
+        let (kind, nested, wanted) = top[1];
+        assert_eq!((kind, nested), (3, true), "ETHTOOL_A_FEATURES_WANTED");
+        let bitset = attrs(wanted);
+        assert_eq!(
+            bitset.len(),
+            1,
+            "only BITS: no NOMASK, so only the listed bits change"
+        );
+        assert_eq!((bitset[0].0, bitset[0].1), (3, true));
+        let bits = attrs(bitset[0].2);
+        assert_eq!(bits.len(), TX_OFFLOADS.len());
+        for ((kind, nested, bit), name) in bits.iter().zip(TX_OFFLOADS) {
+            assert_eq!((*kind, *nested), (1, true));
+            let fields = attrs(bit);
+            let mut want = name.as_bytes().to_vec();
+            want.push(0);
+            assert_eq!(
+                fields,
+                vec![(2, false, &want[..])],
+                "a name and no VALUE: off"
+            );
+        }
+    }
+
+    fn message(kind: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+        let mut v = vec![];
+        v.extend_from_slice(&((16 + payload.len()) as u32).to_ne_bytes());
+        v.extend_from_slice(&kind.to_ne_bytes());
+        v.extend_from_slice(&0u16.to_ne_bytes());
+        v.extend_from_slice(&seq.to_ne_bytes());
+        v.extend_from_slice(&0u32.to_ne_bytes());
+        v.extend_from_slice(payload);
+        v
+    }
+
+    #[test]
+    fn replies_are_matched_to_their_request() {
+        let ack = message(2, 5, &0i32.to_ne_bytes());
+        assert_eq!(parse_reply(&ack, 5), Reply::Ack);
+        assert_eq!(parse_reply(&ack, 6), Reply::Nothing, "another request's");
+        let err = message(2, 5, &(-95i32).to_ne_bytes());
+        assert_eq!(parse_reply(&err, 5), Reply::Error(-95));
+        // the controller's answer: genlmsghdr, then FAMILY_NAME and FAMILY_ID
+        let mut p = vec![1, 2, 0, 0];
+        p.extend_from_slice(&[12, 0, 2, 0]);
+        p.extend_from_slice(b"ethtool\0");
+        p.extend_from_slice(&[6, 0, 1, 0, 0x1d, 0, 0, 0]);
+        let fam = message(0x10, 5, &p);
+        assert_eq!(parse_reply(&fam, 5), Reply::Family(0x1d));
+        // two messages in one datagram: the first for another request
+        let mut both = message(2, 4, &0i32.to_ne_bytes());
+        both.extend(err);
+        assert_eq!(parse_reply(&both, 5), Reply::Error(-95));
+        assert_eq!(parse_reply(&[1, 2, 3], 5), Reply::Nothing, "garbage");
+    }
+}
+
+#[test]
+fn tx_offloads_is_a_boolean_or_absent() {
+    let c = parse_conf(Command::Add, conf(json!({})).as_bytes()).unwrap();
+    assert_eq!(c.tx_offloads, None, "decided by the datapath");
+    let c = parse_conf(Command::Add, conf(json!({"txOffloads": false})).as_bytes()).unwrap();
+    assert_eq!(c.tx_offloads, Some(false));
+    let e = conf_err(Command::Add, json!({"txOffloads": "off"}));
+    assert_eq!(e.code(), code::INVALID_CONFIG);
+    assert!(e.to_string().contains("txOffloads"), "{e}");
+}
