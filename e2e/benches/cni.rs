@@ -10,7 +10,7 @@
 //! time of one invocation, process start to exit, including `nsenter`; the VERSION line is
 //! that fixed cost alone. Printed, never asserted (the machine is shared and noisy).
 //!
-//! Names: overlay `h6-bench` (100.132.0.0/16), Kubernetes namespace `h6-bench`, netns and
+//! Names: overlay `h6-bench` (100.132.0.0/16), Kubernetes namespace `h6-bench-<pid>`, netns and
 //! container IDs `h6b<i>`.
 
 use std::time::{Duration, Instant};
@@ -27,7 +27,6 @@ use serde_json::json;
 
 const NET: &str = "h6-bench";
 const OCTET: u8 = 132;
-const K8S_NS: &str = "h6-bench";
 
 fn port(i: usize) -> PortSpec {
     let ip =
@@ -88,6 +87,7 @@ struct Cleanup {
     rt: tokio::runtime::Runtime,
     pods: Api<Pod>,
     n: usize,
+    k8s_ns: String,
 }
 
 impl Drop for Cleanup {
@@ -113,6 +113,17 @@ impl Drop for Cleanup {
             });
             futures::future::join_all(all).await;
         });
+        let _ = try_run(
+            self.lab.kubectl(),
+            &[
+                "--kubeconfig",
+                self.lab.kubeconfig(),
+                "delete",
+                "namespace",
+                &self.k8s_ns,
+                "--wait=false",
+            ],
+        );
     }
 }
 
@@ -133,10 +144,12 @@ fn main() {
         &plan_overlay(&spec, &nodes, &ports).expect("plan"),
     );
 
+    // the pods' namespace, deleted at the end
+    let k8s_ns = format!("h6-bench-{}", std::process::id());
     let nss: Api<Namespace> = Api::all(client.clone());
     let _ = rt.block_on(nss.create(
         &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": K8S_NS}})).unwrap(),
+        &serde_json::from_value(json!({"metadata": {"name": k8s_ns}})).unwrap(),
     ));
     wait_until(Duration::from_secs(60), "default ServiceAccount", || {
         try_run(
@@ -145,7 +158,7 @@ fn main() {
                 "--kubeconfig",
                 lab.kubeconfig(),
                 "-n",
-                K8S_NS,
+                &k8s_ns,
                 "get",
                 "serviceaccount",
                 "default",
@@ -153,12 +166,13 @@ fn main() {
         )
         .ok()
     });
-    let pods: Api<Pod> = Api::namespaced(client, K8S_NS);
+    let pods: Api<Pod> = Api::namespaced(client, &k8s_ns);
     let cleanup = Cleanup {
         lab: lab.clone(),
         rt,
         pods: pods.clone(),
         n,
+        k8s_ns: k8s_ns.clone(),
     };
     cleanup.rt.block_on(async {
         let all = ports.iter().enumerate().map(|(i, p)| {
@@ -197,7 +211,7 @@ fn main() {
             cmd,
             format!("h6b{i}"),
             ns.path.clone(),
-            format!("K8S_POD_NAMESPACE={K8S_NS};K8S_POD_NAME=h6b{i}"),
+            format!("K8S_POD_NAMESPACE={k8s_ns};K8S_POD_NAME=h6b{i}"),
         )
     };
     let call = |(cmd, cid, path, args): (&str, String, String, String)| {

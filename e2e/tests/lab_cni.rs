@@ -26,7 +26,6 @@ use serde_json::{Value, json};
 const NET: &str = "h6-cni";
 const OCTET: u8 = 130;
 const GW: &str = "100.130.0.1";
-const K8S_NS: &str = "h6-cni";
 const VNET: &str = "h6-vlan";
 const VLAN: u16 = 406;
 const VGW: &str = "198.18.6.1";
@@ -86,6 +85,8 @@ fn overlay_address(p: &PortSpec, ifname: &str) -> PodAddress {
 /// the pods it made, the overlay's OVN rows and every leftover attachment when dropped.
 struct Env {
     lab: Lab,
+    /// The test's Kubernetes namespace, `h6-cni-<test>-<pid>` (deleted when dropped).
+    k8s_ns: String,
     rt: tokio::runtime::Runtime,
     pods: Api<Pod>,
     made: Vec<String>,
@@ -94,8 +95,9 @@ struct Env {
 }
 
 impl Env {
-    fn new() -> Env {
+    fn new(test: &str) -> Env {
         let lock = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let k8s_ns = format!("h6-cni-{test}-{}", std::process::id());
         let lab = Lab::get();
         let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
         let client = rt.block_on(lab.kube_client());
@@ -109,7 +111,7 @@ impl Env {
         let nss: Api<Namespace> = Api::all(client.clone());
         let _ = rt.block_on(nss.create(
             &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": K8S_NS}})).unwrap(),
+            &serde_json::from_value(json!({"metadata": {"name": k8s_ns}})).unwrap(),
         ));
         // the namespace's default ServiceAccount must exist before pods can be created
         wait_until(Duration::from_secs(60), "default ServiceAccount", || {
@@ -119,7 +121,7 @@ impl Env {
                     "--kubeconfig",
                     lab.kubeconfig(),
                     "-n",
-                    K8S_NS,
+                    &k8s_ns,
                     "get",
                     "serviceaccount",
                     "default",
@@ -128,7 +130,8 @@ impl Env {
             .ok()
         });
         let env = Env {
-            pods: Api::namespaced(client, K8S_NS),
+            pods: Api::namespaced(client, &k8s_ns),
+            k8s_ns,
             lab,
             rt,
             made: vec![],
@@ -191,7 +194,8 @@ impl Env {
         conf: &str,
     ) -> CniOutput {
         let args = format!(
-            "IgnoreUnknown=1;K8S_POD_NAMESPACE={K8S_NS};K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID={cid}"
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={pod};K8S_POD_INFRA_CONTAINER_ID={cid}",
+            self.k8s_ns
         );
         let env = [
             ("CNI_COMMAND", command),
@@ -381,7 +385,7 @@ fn annotation(list: &[PodAddress]) -> String {
 
 #[test]
 fn add_check_del_on_the_overlay_across_nodes() {
-    let mut env = Env::new();
+    let mut env = Env::new("ovl");
     let (p1, p2) = (port(1, "node-a"), port(2, "node-b"));
     env.pod("h6-c1", Some(&annotation(&[overlay_address(&p1, "eth0")])));
     env.pod("h6-c2", Some(&annotation(&[overlay_address(&p2, "eth0")])));
@@ -682,7 +686,7 @@ fn vport() -> PortSpec {
 
 #[test]
 fn a_two_interface_pod_overlay_eth0_and_vlan_eth1() {
-    let mut env = Env::new();
+    let mut env = Env::new("two");
     let under = Underlay::new(&env.lab);
     let p3 = port(3, "node-a");
     let v = vport();
@@ -785,7 +789,7 @@ fn error_of(out: &CniOutput) -> (i32, u64, String) {
 
 #[test]
 fn status_version_gc_and_bad_input() {
-    let mut env = Env::new();
+    let mut env = Env::new("bad");
     let full = |cmd: &'static str| -> Vec<(&'static str, &'static str)> {
         vec![("CNI_COMMAND", cmd), ("CNI_PATH", "/opt/cni/bin")]
     };
@@ -1148,7 +1152,7 @@ impl Drop for DeletePods<'_> {
 fn real_nodes_get_pod_interfaces_from_roam_cni_through_containerd() {
     const NODE_NET: &str = "h6-node";
     const NODE_OCTET: u8 = 131;
-    let env = Env::new();
+    let env = Env::new("node");
     let lab = env.lab.clone();
     let net = LabNetwork::new(&lab, NODE_NET, &[]);
     let (spec, nodes) = overlay_fixture(NODE_NET, NODE_OCTET);
@@ -1202,7 +1206,7 @@ fn real_nodes_get_pod_interfaces_from_roam_cni_through_containerd() {
             .unwrap_or_else(|e| panic!("create {n}: {e}"));
     }
     let kubectl = |args: &[&str]| {
-        let mut all = vec!["--kubeconfig", lab.kubeconfig(), "-n", K8S_NS];
+        let mut all = vec!["--kubeconfig", lab.kubeconfig(), "-n", &env.k8s_ns];
         all.extend_from_slice(args);
         try_run(lab.kubectl(), &all)
     };
