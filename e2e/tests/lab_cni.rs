@@ -277,6 +277,18 @@ impl Drop for Env {
                     .delete(p, &DeleteParams::default().grace_period(0)),
             );
         }
+        // its pods go with it
+        let _ = try_run(
+            self.lab.kubectl(),
+            &[
+                "--kubeconfig",
+                self.lab.kubeconfig(),
+                "delete",
+                "namespace",
+                &self.k8s_ns,
+                "--wait=false",
+            ],
+        );
     }
 }
 
