@@ -1396,3 +1396,58 @@ fn the_node_installer_manifest_is_accepted_by_the_api_server() {
     }
     assert_eq!(out.matches("(server dry run)").count(), 4, "{out}");
 }
+
+/// `ROAM_LAB_CNI=roam` in the labkit (`kubelet_roam_cni`), run against a scratch lab
+/// directory: the binary of this checkout and a conflist whose plugin roam-cni accepts, with
+/// the node's own kubeconfig.
+#[test]
+fn the_labkit_switch_installs_roam_cni_with_a_conflist_it_accepts() {
+    let bin = roam_e2e::cni_binary();
+    let dir = std::env::temp_dir().join(format!("h6-labkit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let labkit = concat!(env!("CARGO_MANIFEST_DIR"), "/labkit");
+    let script = format!(
+        "set -euo pipefail; . {labkit}/common.sh; KDIR=$LAB_DIR/kube; . {labkit}/kubelet.sh; \
+         mkdir -p \"$(bind_src node-a /opt/cni)/bin\" \"$(bind_src node-a /etc/cni/net.d)\"; \
+         kubelet_roam_cni node-a"
+    );
+    let out = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .env("ROAM_LAB_DIR", &dir)
+        .output()
+        .expect("run bash");
+    let cleanup = || std::fs::remove_dir_all(&dir).ok();
+    if !out.status.success() {
+        cleanup();
+        panic!("kubelet_roam_cni: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let installed = dir.join("node-a/fs_opt_cni/bin/roam-cni");
+    let same = std::fs::read(&installed).ok() == std::fs::read(&bin).ok();
+    let list: Value = serde_json::from_slice(
+        &std::fs::read(dir.join("node-a/fs_etc_cni_net.d/00-roam.conflist")).unwrap(),
+    )
+    .expect("the conflist is JSON");
+    let leftovers: Vec<String> = std::fs::read_dir(dir.join("node-a/fs_etc_cni_net.d"))
+        .unwrap()
+        .flatten()
+        .map(|f| f.file_name().to_string_lossy().into_owned())
+        .collect();
+    cleanup();
+    assert!(same, "the checkout's roam-cni is installed");
+    assert_eq!(leftovers, vec!["00-roam.conflist"], "nothing half-written");
+    let mut plugin = list["plugins"][0].clone();
+    plugin["name"] = list["name"].clone();
+    plugin["cniVersion"] = list["cniVersion"].clone();
+    let conf = roam_cni::config::parse_conf(
+        roam_cni::config::Command::Add,
+        plugin.to_string().as_bytes(),
+    )
+    .unwrap_or_else(|e| panic!("{e}: {list}"));
+    assert_eq!(
+        conf.kubeconfig.unwrap(),
+        dir.join("kube/node-a.kubeconfig"),
+        "the node's own credentials"
+    );
+    assert_eq!(conf.ovs_db, "unix:/run/openvswitch/db.sock");
+}
