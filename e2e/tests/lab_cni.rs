@@ -880,6 +880,16 @@ fn status_version_gc_and_bad_input() {
     let ns5 = NodeNetns::new(&env.lab, "node-a", "h6-c5");
     let p5 = port(5, "node-a");
     env.pod("h6-c5", Some(&annotation(&[overlay_address(&p5, "eth0")])));
+    // the lab's kubeconfig, pointed at a port where nothing listens
+    let dead_api =
+        std::env::temp_dir().join(format!("h6-dead-api-{}.kubeconfig", std::process::id()));
+    let kc = std::fs::read_to_string(env.lab.kubeconfig()).expect("the lab's kubeconfig");
+    let server = kc
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .expect("a server line")
+        .to_string();
+    std::fs::write(&dead_api, kc.replace(&server, "https://127.0.0.1:1")).unwrap();
     let cases: Vec<(&str, CniOutput, u64, &str)> = vec![
         (
             "config not JSON",
@@ -943,7 +953,30 @@ fn status_version_gc_and_bad_input() {
             7,
             "prevResult",
         ),
+        (
+            "a pod that does not exist",
+            env.cni("node-a", "ADD", "h6c5", &ns5.path, "h6-nope", &conf),
+            101,
+            "h6-nope does not exist",
+        ),
+        (
+            "an API server that does not answer",
+            env.cni(
+                "node-a",
+                "ADD",
+                "h6c5",
+                &ns5.path,
+                "h6-c5",
+                &env.conf(json!({
+                    "kubeconfig": dead_api.to_str().unwrap(),
+                    "annotationTimeoutSeconds": 1,
+                })),
+            ),
+            11,
+            "Kubernetes API unreachable",
+        ),
     ];
+    let _ = std::fs::remove_file(&dead_api);
     for (what, out, code, text) in cases {
         let (s, c, msg) = error_of(&out);
         println!("{what}: {}", out.stdout.trim());

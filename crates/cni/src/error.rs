@@ -38,6 +38,8 @@ pub mod code {
     pub const CHECK_FAILED: u32 = 104;
     /// roam: the runtime's interface name is not in the pod's annotation.
     pub const NO_SUCH_INTERFACE: u32 = 105;
+    /// roam: removing an attachment (DEL, GC, or what an earlier ADD left) failed midway.
+    pub const CLEANUP_INCOMPLETE: u32 = 106;
 }
 
 /// What went wrong; each variant maps to one CNI error code ([`Error::code`]).
@@ -122,9 +124,12 @@ pub enum Error {
         /// The interfaces the annotation lists.
         listed: Vec<String>,
     },
-    /// The kubeconfig could not be loaded or the API call failed.
+    /// The kubeconfig could not be loaded, or the API server refused the request.
     #[error("Kubernetes API: {0}")]
     Kube(String),
+    /// The API server did not answer until the deadline (transient: the runtime retries).
+    #[error("Kubernetes API unreachable: {0}")]
+    KubeUnreachable(String),
     /// The node's OVSDB could not be reached (transient: the runtime should retry).
     #[error("cannot reach the node's Open_vSwitch database at {endpoint}: {reason}")]
     OvsdbUnreachable {
@@ -149,6 +154,14 @@ pub enum Error {
     CheckFailed {
         /// Each difference, in words.
         drifts: Vec<String>,
+    },
+    /// Removing an attachment failed midway; what is left is listed.
+    #[error("{context}: {}", errors.join("; "))]
+    CleanupIncomplete {
+        /// What was being removed, e.g. `DEL of container abc interface eth0`.
+        context: String,
+        /// Each failure.
+        errors: Vec<String>,
     },
     /// A failed ADD whose rollback also failed: both are reported.
     #[error("{primary} (and the rollback failed: {})", rollback.join("; "))]
@@ -180,10 +193,13 @@ impl Error {
             Error::Decode(_) => DECODE,
             Error::InvalidConfig { .. } => INVALID_CONFIG,
             Error::NetnsGone { .. } => UNKNOWN_CONTAINER,
-            Error::AnnotationTimeout { .. } | Error::OvsdbUnreachable { .. } => TRY_AGAIN_LATER,
+            Error::AnnotationTimeout { .. }
+            | Error::OvsdbUnreachable { .. }
+            | Error::KubeUnreachable(_) => TRY_AGAIN_LATER,
             Error::BadAnnotation { .. } => BAD_ANNOTATION,
             Error::NoSuchInterface { .. } => NO_SUCH_INTERFACE,
             Error::Kube(_) => KUBE_API,
+            Error::CleanupIncomplete { .. } => CLEANUP_INCOMPLETE,
             Error::Ovsdb(_) => OVSDB,
             Error::Netlink { .. } => NETLINK,
             Error::CheckFailed { .. } => CHECK_FAILED,
@@ -226,8 +242,16 @@ impl Error {
             Error::NoSuchInterface { .. } => "roam-cni plumbs every interface the annotation \
                 lists in one ADD; CNI_IFNAME must be one of them (normally eth0)"
                 .into(),
-            Error::Kube(_) => "check the kubeconfig named in the conflist and that its \
-                ServiceAccount may get pods"
+            Error::Kube(_) => "the runtime names the pod in CNI_ARGS (K8S_POD_NAMESPACE, \
+                K8S_POD_NAME); the kubeconfig named in the conflist must be valid and its \
+                ServiceAccount allowed to get pods"
+                .into(),
+            Error::KubeUnreachable(_) => "is the API server up and reachable from the node \
+                (the kubeconfig's server address)? The runtime retries"
+                .into(),
+            Error::CleanupIncomplete { .. } => "the runtime retries DEL; what is listed is \
+                still on the node (a host veth named rm…, or an OVS port with \
+                external_ids:roam.dev/cni-container)"
                 .into(),
             Error::OvsdbUnreachable { .. } => "is ovsdb-server running on the node, and is \
                 ovsDb in the conflist its socket? The runtime retries"

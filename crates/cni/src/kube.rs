@@ -22,7 +22,8 @@ async fn client(kubeconfig: &Path) -> Result<kube::Client> {
 }
 
 /// The pod's `roam.dev/addresses` value, once it is there; waits at most `timeout`.
-/// A pod that does not exist is an error at once; API errors are retried until the deadline.
+/// A pod that does not exist, or a request the API server refuses, is an error at once;
+/// an API server that does not answer is retried until the deadline.
 pub async fn wait_addresses(
     kubeconfig: &Path,
     namespace: &str,
@@ -53,12 +54,21 @@ pub async fn wait_addresses(
                     "pod {namespace}/{name} does not exist"
                 )));
             }
+            // refused (401, 403, 422...): retrying will not help
+            Ok(Err(kube::Error::Api(status)))
+                if (400..500).contains(&status.code) && status.code != 429 =>
+            {
+                return Err(Error::Kube(format!(
+                    "get pod {namespace}/{name}: {}",
+                    status.message
+                )));
+            }
             Ok(Err(e)) => last_error = Some(e.to_string()),
             Err(_) => {}
         }
         if Instant::now() >= deadline {
             return Err(match last_error {
-                Some(e) => Error::Kube(format!(
+                Some(e) => Error::KubeUnreachable(format!(
                     "get pod {namespace}/{name}: {e} (retried for {timeout:?})"
                 )),
                 None => Error::AnnotationTimeout {

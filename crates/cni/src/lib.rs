@@ -136,11 +136,13 @@ async fn add(env: &CniEnv, conf: &NetConf) -> Result<Value> {
     // an earlier ADD of the same attachment that died midway: start clean
     let leftovers = teardown(&conf.name, key, &ovs, &host).await;
     if !leftovers.is_empty() {
-        return Err(Error::Ovsdb(format!(
-            "cannot remove what an earlier ADD of {} left: {}",
-            result::describe(key),
-            leftovers.join("; ")
-        )));
+        return Err(Error::CleanupIncomplete {
+            context: format!(
+                "removing what an earlier ADD of {} left",
+                result::describe(key)
+            ),
+            errors: leftovers,
+        });
     }
     let tx_offloads = match conf.tx_offloads {
         Some(keep) => keep,
@@ -253,11 +255,10 @@ async fn del(env: &CniEnv, conf: &NetConf) -> Result<()> {
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(Error::Ovsdb(format!(
-            "DEL of {} left something behind: {}",
-            result::describe(key),
-            errors.join("; ")
-        )))
+        Err(Error::CleanupIncomplete {
+            context: format!("DEL of {}", result::describe(key)),
+            errors,
+        })
     }
 }
 
@@ -352,10 +353,10 @@ async fn gc(conf: &NetConf) -> Result<()> {
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(Error::Ovsdb(format!(
-            "GC could not remove every stale attachment: {}",
-            errors.join("; ")
-        )))
+        Err(Error::CleanupIncomplete {
+            context: format!("GC of {} stale attachment(s)", stale.len()),
+            errors,
+        })
     }
 }
 

@@ -381,6 +381,14 @@ fn every_error_has_its_code() {
             code::BAD_ANNOTATION,
         ),
         (Error::Kube("k".into()), code::KUBE_API),
+        (Error::KubeUnreachable("k".into()), code::TRY_AGAIN_LATER),
+        (
+            Error::CleanupIncomplete {
+                context: "DEL".into(),
+                errors: vec!["veth".into()],
+            },
+            code::CLEANUP_INCOMPLETE,
+        ),
         (Error::Ovsdb("o".into()), code::OVSDB),
         (
             Error::Netlink {
