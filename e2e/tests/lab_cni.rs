@@ -1064,7 +1064,9 @@ impl RoamAsNodeCni {
                 "name": NODE_NET_NAME,
                 "plugins": [{
                     "type": "roam-cni",
-                    "kubeconfig": lab.kubeconfig(),
+                    // the node's own credentials, as the labkit's ROAM_LAB_CNI=roam uses:
+                    // the Node authorizer lets a node get the pods bound to it
+                    "kubeconfig": lab.dir().join(format!("kube/{node}.kubeconfig")),
                     "ovsDb": "unix:/run/openvswitch/db.sock",
                     // short: other sessions' pods created meanwhile fail fast and retry
                     "annotationTimeoutSeconds": 5,

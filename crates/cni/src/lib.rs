@@ -23,6 +23,8 @@
 //! - STATUS: the node's OVSDB answers and has the bridge. GC: removes the network's
 //!   attachments missing from `cni.dev/valid-attachments`.
 
+#![warn(missing_docs)]
+
 pub mod check;
 pub mod config;
 mod error;
