@@ -898,3 +898,103 @@ fn tx_offloads_is_a_boolean_or_absent() {
     assert_eq!(e.code(), code::INVALID_CONFIG);
     assert!(e.to_string().contains("txOffloads"), "{e}");
 }
+
+mod properties {
+    use std::net::Ipv4Addr;
+    use std::path::Path;
+
+    use proptest::prelude::*;
+    use roam_network::annotation::{Mode, PodAddress};
+
+    use crate::check::{
+        Observed, ObservedAddr, ObservedLink, ObservedPort, ObservedRoute, compare,
+    };
+    use crate::config::{AttachmentKey, Command, parse_conf, parse_env, valid_ifname};
+    use crate::plan::{host_ifname, plan};
+    use crate::result::{SCOPE_LINK, build, parse_prev, render};
+    use crate::{code, error_json};
+
+    proptest! {
+        #[test]
+        fn any_stdin_is_a_config_or_a_coded_error(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            for cmd in [Command::Add, Command::Del, Command::Check, Command::Status, Command::Gc] {
+                if let Err(e) = parse_conf(cmd, &bytes) {
+                    prop_assert!([code::INCOMPATIBLE_VERSION, code::DECODE, code::INVALID_CONFIG].contains(&e.code()), "{e}");
+                    let j = error_json(&e, &bytes);
+                    prop_assert!(j["msg"].as_str().is_some_and(|m| !m.is_empty()));
+                }
+            }
+        }
+
+        #[test]
+        fn any_environment_parses_or_is_error_4(
+            cmd in prop_oneof![
+                Just("ADD".to_string()),
+                Just("DEL".to_string()),
+                Just("CHECK".to_string()),
+                Just("GC".to_string()),
+                ".*",
+            ],
+            id in ".{0,20}", ifname in ".{0,20}", netns in ".{0,20}", args in ".{0,40}",
+        ) {
+            let vars = [("CNI_COMMAND", cmd.as_str()), ("CNI_CONTAINERID", id.as_str()),
+                ("CNI_IFNAME", ifname.as_str()), ("CNI_NETNS", netns.as_str()), ("CNI_ARGS", args.as_str())];
+            match parse_env(|k| vars.iter().find(|(kk, _)| *kk == k).map(|(_, v)| v.to_string())) {
+                Ok(env) => {
+                    if let Some(k) = &env.key {
+                        prop_assert!(valid_ifname(&k.ifname));
+                        prop_assert!(crate::config::valid_container_id(&k.container_id));
+                    }
+                }
+                Err(e) => prop_assert_eq!(e.code(), code::INVALID_ENV, "{}", e),
+            }
+        }
+
+        #[test]
+        fn host_names_are_always_valid_interface_names(
+            net in ".{1,30}", id in "[a-zA-Z0-9][a-zA-Z0-9_.-]{0,70}", ifname in "[a-z0-9]{1,15}", i in any::<u8>(),
+        ) {
+            let n = host_ifname(&net, &AttachmentKey { container_id: id, ifname }, i);
+            prop_assert_eq!(n.len(), 15);
+            prop_assert!(valid_ifname(&n) && n.starts_with("rm"));
+        }
+
+        #[test]
+        fn check_finds_nothing_on_exactly_what_add_built(
+            ip in any::<u32>(), gw_low in 1u8..254, plen in 8u8..30, metric in any::<u32>(),
+            underlay in any::<bool>(), version in prop_oneof![Just("0.4.0"), Just("1.0.0"), Just("1.1.0")].prop_map(str::to_string),
+        ) {
+            let ip = Ipv4Addr::from(ip);
+            let (prefix_len, gateway) = if underlay {
+                let mask = u32::MAX << (32 - plen);
+                (plen, Ipv4Addr::from((u32::from(ip) & mask) | u32::from(gw_low)))
+            } else {
+                (32, Ipv4Addr::from(u32::from(ip) ^ 1))
+            };
+            prop_assume!(gateway != ip);
+            let a = PodAddress {
+                name: "eth0".into(), network: "n".into(),
+                mode: if underlay { Mode::Underlay } else { Mode::Overlay },
+                address: "a".into(), port: "p.node-a".into(), ip, prefix_len,
+                mac: "0a:58:00:00:00:01".into(), gateway, metric, mtu: 1400, dhcp: false,
+                vlan: underlay.then_some(10), service_class: None,
+            };
+            let key = AttachmentKey { container_id: "c".into(), ifname: "eth0".into() };
+            let plans = plan("n", &key, ("ns", "p"), &[a]).unwrap();
+            let rendered = render(&build(&plans, Path::new("/run/netns/x")), &version);
+            let prev = parse_prev(&rendered).unwrap();
+            let p = &plans[0];
+            let obs = Observed {
+                pod_links: vec![ObservedLink { name: "eth0".into(), mac: Some("0A:58:00:00:00:01".into()), mtu: Some(1400), up: true }],
+                pod_addrs: vec![ObservedAddr { ifname: "eth0".into(), ip, prefix_len }],
+                pod_routes: p.routes.iter().map(|r| ObservedRoute {
+                    dst: r.dst, prefix_len: r.prefix_len, gw: r.via, ifname: Some("eth0".into()),
+                    metric: r.metric, scope: if r.via.is_none() { SCOPE_LINK } else { 0 },
+                }).collect(),
+                host_links: vec![ObservedLink { name: p.host_ifname.clone(), mac: None, mtu: Some(1400), up: true }],
+                ports: vec![ObservedPort { name: p.host_ifname.clone(), iface_id: Some("p.node-a".into()), ofport: Some(5) }],
+            };
+            prop_assert_eq!(compare(&prev, &obs), Vec::<String>::new());
+        }
+    }
+}
