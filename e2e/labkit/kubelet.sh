@@ -2,8 +2,12 @@
 # the lab API server, plus kube-scheduler in the root namespace. Images come from local OCI
 # archives (build-images.sh); no registry is ever contacted.
 #
-# Until roam-cni lands, the CNI reference bridge plugin stands in as the nodes' network
-# (pod net 10.215.<11|12>.0/24, routed between the nodes over the lab bridge).
+# The nodes' CNI is chosen by ROAM_LAB_CNI:
+# - bridge (default for now): the CNI reference bridge plugin stands in as the nodes' network
+#   (pod net 10.215.<11|12>.0/24, routed between the nodes over the lab bridge);
+# - roam: roam-cni from this checkout ($E2E/../target/debug/roam-cni, `cargo build -p roam-cni`)
+#   with 00-roam.conflist; pods then need roam-controller to publish their roam.dev/addresses.
+ROAM_LAB_CNI=${ROAM_LAB_CNI:-bridge}
 
 SYSCTLS="vm.overcommit_memory kernel.panic kernel.panic_on_oops"
 
@@ -66,7 +70,13 @@ state = "/run/containerd"
     conf_dir = "/etc/cni/net.d"
     max_conf_num = 1
 EOF
+  case $ROAM_LAB_CNI in
+    bridge) rm -f "$(bind_src "$n" /etc/cni/net.d)/00-roam.conflist" "$(bind_src "$n" /opt/cni)/bin/roam-cni" ;;
+    roam) kubelet_roam_cni "$n" || return 1 ;;
+    *) die "ROAM_LAB_CNI=$ROAM_LAB_CNI: expected bridge or roam" ;;
+  esac
   # stand-in CNI until roam-cni: a bridge per node, no NAT, routes between the nodes' pod nets
+  # (with ROAM_LAB_CNI=roam, 00-roam.conflist sorts first and containerd uses it instead)
   cat > "$(bind_src "$n" /etc/cni/net.d)/10-lab-bridge.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -121,6 +131,35 @@ EOF
     ip -n "$(node_ns "$n")" route replace "$(node_pod_net "$other").0/24" via "$(node_ip "$other")"
   done
   ip route replace "$pn.0/24" via "$(node_ip "$n")"
+}
+
+# roam-cni as NODE's CNI: the binary from this checkout and 00-roam.conflist (sorts before the
+# stand-in's 10-lab-bridge.conflist; containerd uses the first). The plugin reads pods with the
+# node's own credentials (the Node authorizer lets a node get the pods bound to it) and talks
+# to the node's OVS at its stock socket, /run/openvswitch/db.sock in the node's mount namespace.
+kubelet_roam_cni() {
+  local n=$1 bin=$E2E/../target/debug/roam-cni dir
+  [ -x "$bin" ] || { log "ROAM_LAB_CNI=roam needs $bin: run cargo build -p roam-cni"; return 1; }
+  dir=$(bind_src "$n" /opt/cni)/bin
+  cp "$bin" "$dir/.roam-cni.tmp" && mv -f "$dir/.roam-cni.tmp" "$dir/roam-cni"
+  dir=$(bind_src "$n" /etc/cni/net.d)
+  cat > "$dir/.00-roam.tmp" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "cniVersions": ["1.0.0", "1.1.0"],
+  "name": "roam",
+  "plugins": [
+    {
+      "type": "roam-cni",
+      "kubeconfig": "$KDIR/$n.kubeconfig",
+      "ovsDb": "unix:/run/openvswitch/db.sock",
+      "bridge": "br-int",
+      "annotationTimeoutSeconds": 30
+    }
+  ]
+}
+EOF
+  mv -f "$dir/.00-roam.tmp" "$dir/00-roam.conflist"
 }
 
 kubelet_cgroups() {

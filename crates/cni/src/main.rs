@@ -1,36 +1,41 @@
-//! roam-cni: the CNI plugin that plumbs a pod's roam address (CNI spec 1.1).
-//!
-//! So far only VERSION is implemented; every other command answers with a CNI error
-//! result saying so, rather than pretending to succeed.
+//! roam-cni: the CNI plugin that plumbs a pod's roam address (CNI spec 1.1). The runtime
+//! runs it with CNI_COMMAND & co. in the environment and the network configuration on stdin;
+//! it prints the result (ADD, VERSION) or the spec's error JSON (and exits non-zero).
 
-use std::io::Write;
+use std::io::{Read, Write};
 
-use serde_json::json;
+use roam_cni::{Error, config, error_json, run};
 
-/// CNI versions this plugin speaks.
-const SUPPORTED: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
-/// First plugin-specific CNI error code (1-99 are reserved by the spec).
-const ERR_NOT_IMPLEMENTED: u32 = 100;
-
-fn main() {
-    let command = std::env::var("CNI_COMMAND").unwrap_or_default();
-    let (out, code) = match command.as_str() {
-        "VERSION" => (
-            json!({"cniVersion": "1.1.0", "supportedVersions": SUPPORTED}),
-            0,
-        ),
-        other => (
-            json!({
-                "cniVersion": "1.1.0",
-                "code": ERR_NOT_IMPLEMENTED,
-                "msg": format!("roam-cni: CNI_COMMAND {other:?} is not implemented yet"),
-                "details": "this build of roam-cni only answers VERSION; see the README's Status section",
-            }),
-            1,
-        ),
-    };
-    let mut stdout = std::io::stdout().lock();
-    let _ = serde_json::to_writer(&mut stdout, &out);
-    let _ = stdout.write_all(b"\n");
-    std::process::exit(code);
+fn main() -> anyhow::Result<()> {
+    let mut stdin = Vec::new();
+    let read = std::io::stdin()
+        .read_to_end(&mut stdin)
+        .map_err(Error::Stdin);
+    let outcome = read
+        .and_then(|_| config::parse_env(|k| std::env::var(k).ok()))
+        .and_then(|env| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Error::Netlink {
+                    action: "start the async runtime".into(),
+                    reason: e.to_string(),
+                })?;
+            rt.block_on(run(&env, &stdin))
+        });
+    let mut out = std::io::stdout().lock();
+    match outcome {
+        Ok(Some(v)) => {
+            serde_json::to_writer(&mut out, &v)?;
+            out.write_all(b"\n")?;
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err(e) => {
+            serde_json::to_writer(&mut out, &error_json(&e, &stdin))?;
+            out.write_all(b"\n")?;
+            out.flush()?;
+            std::process::exit(1);
+        }
+    }
 }
