@@ -5,7 +5,7 @@ mod address;
 mod network;
 
 pub use address::{Address, AddressSpec, AddressStatus, AddressVlan, address_name};
-pub use network::{Network, NetworkMode, NetworkSpec, NetworkStatus};
+pub use network::{Network, NetworkMode, NetworkSpec, NetworkStatus, TransitAddress};
 
 /// The API group.
 pub const GROUP: &str = "roam.dev";
