@@ -123,6 +123,9 @@ pub enum Error {
     /// The Kubernetes API failed.
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    /// A controller task ended (a bug: they run forever).
+    #[error("a controller stopped unexpectedly: {0}")]
+    Stopped(String),
     /// Another writer changed the object first (resourceVersion precondition, or the name
     /// lock on an IP): decide again on fresh data.
     #[error("conflict on {0}: another writer was first; retrying on fresh data")]
@@ -145,6 +148,7 @@ impl Error {
             Error::Ovn(_) => "OvnError",
             Error::Kube(_) => "KubernetesApiError",
             Error::Conflict(_) => "Conflict",
+            Error::Stopped(_) => "Stopped",
         }
     }
 

@@ -9,3 +9,4 @@ pub mod core;
 mod error;
 
 pub use error::{Error, Result};
+pub mod controller;
