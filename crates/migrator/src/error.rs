@@ -123,6 +123,21 @@ pub enum Error {
     /// The Kubernetes API failed.
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    /// The owner's address is still used by another live pod of the owner on another node
+    /// (a migration's source): it moves when that pod is gone (or at switchover).
+    #[error(
+        "pod {pod}: its owner's address {address} is still in use by {holder} on {host}; waiting"
+    )]
+    HeldElsewhere {
+        /// `namespace/name`.
+        pod: String,
+        /// The Address.
+        address: String,
+        /// The pod using it.
+        holder: String,
+        /// Where.
+        host: String,
+    },
     /// A controller task ended (a bug: they run forever).
     #[error("a controller stopped unexpectedly: {0}")]
     Stopped(String),
@@ -149,6 +164,7 @@ impl Error {
             Error::Kube(_) => "KubernetesApiError",
             Error::Conflict(_) => "Conflict",
             Error::Stopped(_) => "Stopped",
+            Error::HeldElsewhere { .. } => "HeldElsewhere",
         }
     }
 

@@ -5,7 +5,7 @@
 //! roam-controller [--kubeconfig PATH] [--nb tcp:HOST:PORT|unix:PATH]
 //!                 [--metrics-addr HOST:PORT|off] [--leader-elect true|false]
 //!                 [--lease-namespace NS] [--lease-name NAME] [--identity ID]
-//!                 [--network-selector LABELS] [--pod-namespace NS]
+//!                 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS]
 //!                 [--concurrency N] [--ovn-debounce-ms MS] [--sweep-period-ms MS]
 //! ```
 //!
@@ -28,6 +28,7 @@ struct Flags {
     lease_name: String,
     identity: String,
     network_selector: Option<String>,
+    node_selector: Option<String>,
     pod_namespace: Option<String>,
     concurrency: u16,
     ovn_debounce_ms: u64,
@@ -36,7 +37,7 @@ struct Flags {
 
 const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] [--metrics-addr ADDR|off] \
 [--leader-elect true|false] [--lease-namespace NS] [--lease-name NAME] [--identity ID] \
-[--network-selector LABELS] [--pod-namespace NS] [--concurrency N] [--ovn-debounce-ms MS] \
+[--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--concurrency N] [--ovn-debounce-ms MS] \
 [--sweep-period-ms MS] | --version";
 
 fn env(flag: &str) -> Option<String> {
@@ -80,6 +81,7 @@ fn parse() -> anyhow::Result<Flags> {
         "lease-name",
         "identity",
         "network-selector",
+        "node-selector",
         "pod-namespace",
         "concurrency",
         "ovn-debounce-ms",
@@ -118,6 +120,7 @@ fn parse() -> anyhow::Result<Flags> {
             .or_else(|| std::env::var("POD_NAME").ok())
             .unwrap_or_else(|| format!("{host}-{}", std::process::id())),
         network_selector: get("network-selector"),
+        node_selector: get("node-selector"),
         pod_namespace: get("pod-namespace"),
         concurrency: num("concurrency", 32)?.clamp(1, 1024) as u16,
         ovn_debounce_ms: num("ovn-debounce-ms", 20)?,
@@ -176,6 +179,7 @@ async fn main() -> anyhow::Result<()> {
     let config = Config {
         nb: flags.nb.clone(),
         network_selector: flags.network_selector.clone(),
+        node_selector: flags.node_selector.clone(),
         pod_namespace: flags.pod_namespace.clone(),
         concurrency: flags.concurrency,
         ovn_debounce: Duration::from_millis(flags.ovn_debounce_ms),

@@ -48,6 +48,8 @@ pub struct Config {
     pub nb: String,
     /// Only Networks matching this label selector are managed (all when `None`).
     pub network_selector: Option<String>,
+    /// Only Nodes matching this label selector take part (all when `None`).
+    pub node_selector: Option<String>,
     /// Only pods of this namespace are served (all when `None`).
     pub pod_namespace: Option<String>,
     /// Pods reconciled at once.
@@ -133,7 +135,7 @@ impl Context {
         });
     }
 
-    fn pod_store(&self) -> Option<Store<Pod>> {
+    pub(crate) fn pod_store(&self) -> Option<Store<Pod>> {
         self.pods.lock().expect("pods lock").clone()
     }
 }

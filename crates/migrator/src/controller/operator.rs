@@ -9,7 +9,6 @@
 //! and no finalizer holds pods hostage when the controller is away.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -18,7 +17,6 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use kube::{Api, Resource};
-use roam_network::annotation::{ADDRESSES, parse_addresses};
 
 use super::{Context, NETWORK_LABEL, POD_ANNOTATION, ovn, pods};
 use crate::api::{Address, AddressSpec};
@@ -175,24 +173,7 @@ async fn sweep(ctx: &Arc<Context>) -> Result<()> {
         return Ok(());
     }
     let pods = store.state();
-    let mut live: BTreeSet<String> = BTreeSet::new();
-    let mut annotated: BTreeMap<(String, String), Ipv4Addr> = BTreeMap::new();
-    for p in &pods {
-        if let Some(owner) = pods::live_owner(p) {
-            if let Some(list) = p
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(ADDRESSES))
-                .and_then(|j| parse_addresses(j).ok())
-            {
-                for pa in list {
-                    annotated.insert((owner.clone(), pa.name.clone()), pa.ip);
-                }
-            }
-            live.insert(owner);
-        }
-    }
+    let live: BTreeSet<String> = pods.iter().filter_map(|p| pods::live_owner(p)).collect();
     let (gone, doubles): (Vec<Arc<Address>>, Vec<Arc<Address>>) = {
         let idx = ctx.index.lock().expect("index lock");
         let mut gone = Vec::new();
@@ -211,13 +192,7 @@ async fn sweep(ctx: &Arc<Context>) -> Result<()> {
                     })
                     .map(|a| Arc::new(a.clone())),
             );
-            doubles.extend(
-                duplicates(&refs, |o, i| {
-                    annotated.get(&(o.to_string(), i.to_string())).copied()
-                })
-                .into_iter()
-                .map(|a| Arc::new(a.clone())),
-            );
+            doubles.extend(duplicates(&refs).into_iter().map(|a| Arc::new(a.clone())));
         }
         (gone, doubles)
     };

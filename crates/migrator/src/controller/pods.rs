@@ -110,6 +110,10 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         match claim(&ctx, &key, &owner, &node, r).await {
             Ok(a) => held.push(a),
             Err(e) if e.is_bad_input() => return report(&ctx, &pod, e).await,
+            Err(e @ Error::HeldElsewhere { .. }) => {
+                tracing::debug!(pod = %key, reason = %e, "waiting for the owner's other pod");
+                return Ok(Action::requeue(Duration::from_millis(500)));
+            }
             Err(e) => return Err(e),
         }
     }
@@ -208,6 +212,29 @@ async fn report(ctx: &Arc<Context>, pod: &Pod, e: Error) -> Result<Action> {
     })
 }
 
+/// The other live pod of `owner` that holds `a` on another node (a migration's source), if
+/// any: the address stays there until that pod is gone.
+fn holder_elsewhere(
+    ctx: &Context,
+    a: &Address,
+    pod: &str,
+    owner: &str,
+    node: &str,
+) -> Option<String> {
+    if a.spec.deleted || a.spec.host.as_deref() == Some(node) || !a.spec.reserved {
+        return None;
+    }
+    let holder = a.annotations().get(POD_ANNOTATION)?.clone();
+    if holder == pod {
+        return None;
+    }
+    let (ns, name) = holder.split_once('/')?;
+    let store = ctx.pod_store()?;
+    let p = store.get(&kube::runtime::reflector::ObjectRef::new(name).within(ns))?;
+    (live_owner(&p).as_deref() == Some(owner) && p.metadata.deletion_timestamp.is_none())
+        .then_some(holder)
+}
+
 /// Claim or reuse the Address of one interface.
 async fn claim(
     ctx: &Arc<Context>,
@@ -233,6 +260,16 @@ async fn claim(
         };
         let mut obj = match (&step, current) {
             (Step::Reuse { .. } | Step::Claim { .. }, Some(cur)) => {
+                if let Step::Reuse { name } = &step
+                    && let Some(holder) = holder_elsewhere(ctx, &cur, pod, owner, node)
+                {
+                    return Err(Error::HeldElsewhere {
+                        pod: pod.into(),
+                        address: name.clone(),
+                        holder,
+                        host: cur.spec.host.clone().unwrap_or_default(),
+                    });
+                }
                 let spec = claimed(&cur.spec, owner, node, r);
                 let recorded =
                     cur.annotations().get(POD_ANNOTATION).map(String::as_str) == Some(pod);

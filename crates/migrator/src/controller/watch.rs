@@ -114,9 +114,11 @@ pub(super) async fn networks(ctx: Arc<Context>) {
 /// Watch the Nodes.
 pub(super) async fn nodes(ctx: Arc<Context>) {
     let api: Api<Node> = Api::all(ctx.client.clone());
-    let mut stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
+    let mut wc = watcher::Config::default();
+    if let Some(sel) = &ctx.config.node_selector {
+        wc = wc.labels(sel);
+    }
+    let mut stream = watcher(api, wc).default_backoff().boxed();
     let mut init = Vec::new();
     loop {
         match stream.try_next().await {

@@ -205,7 +205,12 @@ pub fn decide(
             });
         }
     }
-    let mine = addresses.iter().find(|a| held_by(&a.spec, owner, iface));
+    // two racing controllers may both have claimed for this interface: every decision takes
+    // the lowest IP, so they agree (the sweep hands the others back)
+    let mine = addresses
+        .iter()
+        .filter(|a| held_by(&a.spec, owner, iface))
+        .min_by_key(|a| ip_of(a));
     if let Some(static_ip) = r.request.interface.ip {
         if !net.range.allows(static_ip) {
             return Err(Error::StaticIpOutsideSubnet {

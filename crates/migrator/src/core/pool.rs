@@ -107,12 +107,9 @@ pub fn orphans<'a>(addresses: &[&'a Address], live: &BTreeSet<String>) -> Vec<&'
 }
 
 /// Second claims of one owner's interface in one Network (two controllers served the same
-/// pod at once): all but one per (owner, interface) — the one `keep` names (e.g. the IP on
-/// the pod's annotation), else the lowest IP — to hand back to the pool.
-pub fn duplicates<'a>(
-    addresses: &[&'a Address],
-    keep: impl Fn(&str, &str) -> Option<Ipv4Addr>,
-) -> Vec<&'a Address> {
+/// pod at once): all but the lowest IP per (owner, interface) — the one every controller's
+/// [`decide`](super::claim::decide) reuses — to hand back to the pool.
+pub fn duplicates<'a>(addresses: &[&'a Address]) -> Vec<&'a Address> {
     let mut groups: BTreeMap<(String, String), Vec<&'a Address>> = BTreeMap::new();
     for a in addresses.iter().filter(|a| a.spec.reserved) {
         if let Some(owner) = &a.spec.owner {
@@ -121,22 +118,13 @@ pub fn duplicates<'a>(
         }
     }
     let mut out = Vec::new();
-    for ((owner, iface), mut group) in groups {
+    for group in groups.into_values() {
         if group.len() < 2 {
             continue;
         }
-        let ip = |a: &Address| a.spec.ip.parse::<Ipv4Addr>().ok();
-        group.sort_by_key(|a| ip(a));
-        let kept = keep(&owner, &iface)
-            .and_then(|k| group.iter().position(|a| ip(a) == Some(k)))
-            .unwrap_or(0);
-        out.extend(
-            group
-                .into_iter()
-                .enumerate()
-                .filter(|(i, _)| *i != kept)
-                .map(|(_, a)| a),
-        );
+        let mut group = group;
+        group.sort_by_key(|a| a.spec.ip.parse::<Ipv4Addr>().ok());
+        out.extend(group.into_iter().skip(1));
     }
     out
 }
@@ -214,15 +202,10 @@ mod tests {
             ["100.64.0.30"],
             "deleted ones are not soft-deleted again"
         );
-        let d: Vec<&str> = duplicates(&refs, |_, _| None)
+        let d: Vec<&str> = duplicates(&refs)
             .iter()
             .map(|a| a.spec.ip.as_str())
             .collect();
         assert_eq!(d, ["100.64.0.32"], "the lowest IP is kept");
-        let d: Vec<&str> = duplicates(&refs, |_, _| Some(Ipv4Addr::new(100, 64, 0, 32)))
-            .iter()
-            .map(|a| a.spec.ip.as_str())
-            .collect();
-        assert_eq!(d, ["100.64.0.31"], "the annotated one is kept");
     }
 }

@@ -166,6 +166,17 @@ fn reuse_by_owner_wins_then_the_lowest_free_on_the_node_then_a_new_address() {
             mac: mac_for_ip(Ipv4Addr::new(100, 64, 0, 13))
         }
     );
+    // a double claim (two racing controllers): the lowest IP is reused
+    let mut second = addr("node-b", 45, Some("ns-p"));
+    second.spec.deleted = false;
+    let with_second = [mine.clone(), second, free_b.clone()];
+    let refs2: Vec<&Address> = with_second.iter().collect();
+    assert_eq!(
+        decide("ns/p", "ns-p", "node-b", &r, &refs2, &none).unwrap(),
+        Step::Reuse {
+            name: mine.metadata.name.clone().unwrap()
+        }
+    );
     // another interface of the same owner does not reuse eth0's address
     let nets2 = vec![net()];
     let r1 = one(
