@@ -12,7 +12,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use roam_network::topology::{Topology, flip_route, plan_overlay, plan_underlay, reconcile};
+use std::collections::BTreeMap;
+
+use roam_network::topology::{
+    ActualState, PortSpec, SwitchPortKind, Topology, apply, check, diff, flip_route, plan_overlay,
+    plan_underlay, read_actual, reconcile,
+};
 use tokio::sync::{Notify, mpsc, watch};
 
 use super::Context;
@@ -24,6 +29,8 @@ use crate::error::{Error, Result};
 
 pub(super) struct OvnSync {
     requested: AtomicU64,
+    /// The next sync re-reads the network (after a route flip: the known rows changed).
+    full: std::sync::atomic::AtomicBool,
     kick: Notify,
     applied: watch::Sender<u64>,
     task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -45,6 +52,7 @@ fn syncer(ctx: &Arc<Context>, network: &str) -> Arc<OvnSync> {
     let (applied, _) = watch::channel(0);
     let s = Arc::new(OvnSync {
         requested: AtomicU64::new(0),
+        full: std::sync::atomic::AtomicBool::new(true),
         kick: Notify::new(),
         applied,
         task: std::sync::Mutex::new(None),
@@ -82,7 +90,18 @@ pub(super) async fn wait(ctx: &Arc<Context>, network: &str, ticket: u64) -> Resu
     }
 }
 
+/// What this controller last wrote to (or read from) OVN for a Network: the parent rows
+/// (switches, routers, with their UUIDs), the workload ports, the nodes. With it, a batch
+/// that only adds ports is one small transaction (no re-read of the network); anything else
+/// — a port removed or changed, a node added — is a full reconcile.
+struct Known {
+    parents: ActualState,
+    ports: BTreeMap<String, PortSpec>,
+    nodes: BTreeSet<String>,
+}
+
 async fn sync_loop(ctx: Arc<Context>, network: String, s: std::sync::Weak<OvnSync>) {
+    let mut known: Option<Known> = None;
     loop {
         let Some(me) = s.upgrade() else { return };
         let pending = me.requested.load(Ordering::SeqCst) > *me.applied.borrow();
@@ -94,8 +113,12 @@ async fn sync_loop(ctx: Arc<Context>, network: String, s: std::sync::Weak<OvnSyn
         }
         tokio::time::sleep(ctx.config.ovn_debounce).await;
         let target = me.requested.load(Ordering::SeqCst);
+        let full = me.full.swap(false, Ordering::SeqCst);
         drop(me);
-        match sync(&ctx, &network).await {
+        if full {
+            known = None;
+        }
+        match sync(&ctx, &network, &mut known).await {
             Ok(()) => {
                 if let Some(me) = s.upgrade() {
                     me.applied.send_if_modified(|v| {
@@ -106,50 +129,142 @@ async fn sync_loop(ctx: Arc<Context>, network: String, s: std::sync::Weak<OvnSyn
                 }
             }
             Err(e) => {
+                known = None;
                 tracing::warn!(network, error = %e, "OVN reconcile failed; retrying");
                 ctx.metrics.count("ovn_errors", e.reason());
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
     }
 }
 
-/// Reconcile `network`'s OVN topology with the index.
-async fn sync(ctx: &Arc<Context>, network: &str) -> Result<()> {
-    let topology = {
-        let idx = ctx.index.lock().expect("index lock");
-        let Some(plan) = idx.networks.get(network).cloned() else {
-            return Ok(());
-        };
-        let addresses = idx.of_network(network);
-        let nodes: Vec<String> = idx.nodes.iter().cloned().collect();
-        match plan.mode {
-            NetworkMode::Overlay => {
-                let transit = idx.transit(network);
-                let (spec, node_specs) = overlay_input(&plan, &transit, &nodes);
-                let names: BTreeSet<String> = node_specs.iter().map(|n| n.name.clone()).collect();
-                let (ports, skipped) = desired_ports(addresses.iter().map(|a| &**a), &names);
-                if !skipped.is_empty() {
-                    tracing::debug!(network, ?skipped, "addresses without a port");
-                }
-                plan_overlay(&spec, &node_specs, &ports)?
+/// What the index wants for `network`: its workload ports, its nodes
+/// (the planner's node list for the overlay), and the planner (for all or some of the ports).
+struct Wanted {
+    ports: Vec<PortSpec>,
+    nodes: BTreeSet<String>,
+    plan_subset: Box<dyn Fn(&[PortSpec]) -> Result<Topology> + Send>,
+}
+
+fn wanted(ctx: &Context, network: &str) -> Result<Option<Wanted>> {
+    let idx = ctx.index.lock().expect("index lock");
+    let Some(plan) = idx.networks.get(network).cloned() else {
+        return Ok(None);
+    };
+    let addresses = idx.of_network(network);
+    let nodes: Vec<String> = idx.nodes.iter().cloned().collect();
+    match plan.mode {
+        NetworkMode::Overlay => {
+            let transit = idx.transit(network);
+            let (spec, node_specs) = overlay_input(&plan, &transit, &nodes);
+            let names: BTreeSet<String> = node_specs.iter().map(|n| n.name.clone()).collect();
+            let (ports, skipped) = desired_ports(addresses.iter().map(|a| &**a), &names);
+            if !skipped.is_empty() {
+                tracing::debug!(network, ?skipped, "addresses without a port");
             }
-            NetworkMode::Underlay => {
-                let names: BTreeSet<String> = nodes.into_iter().collect();
-                let (ports, _) = desired_ports(addresses.iter().map(|a| &**a), &names);
-                let Some(spec) = underlay_input(&plan) else {
-                    return Ok(());
-                };
-                plan_underlay(&spec, &ports)?
-            }
+            Ok(Some(Wanted {
+                ports,
+                nodes: names,
+                plan_subset: Box::new(move |p| Ok(plan_overlay(&spec, &node_specs, p)?)),
+            }))
         }
+        NetworkMode::Underlay => {
+            let names: BTreeSet<String> = nodes.into_iter().collect();
+            let (ports, _) = desired_ports(addresses.iter().map(|a| &**a), &names);
+            let Some(spec) = underlay_input(&plan) else {
+                return Ok(None);
+            };
+            Ok(Some(Wanted {
+                ports,
+                nodes: names,
+                plan_subset: Box::new(move |p| Ok(plan_underlay(&spec, p)?)),
+            }))
+        }
+    }
+}
+
+/// `t` reduced to what `new` ports add: their switch ports and QoS rules, and their /32
+/// routes; no router ports, no router-type or localnet switch ports, no other routes.
+fn additions_only(mut t: Topology, new: &[PortSpec]) -> Topology {
+    let prefixes: BTreeSet<String> = new.iter().map(|p| format!("{}/32", p.ip)).collect();
+    for ls in t.switches.values_mut() {
+        ls.ports
+            .retain(|_, p| matches!(p.kind, SwitchPortKind::Workload { .. }));
+    }
+    for lr in t.routers.values_mut() {
+        lr.ports.clear();
+        lr.routes
+            .retain(|r| prefixes.contains(&r.ip_prefix.to_string()));
+    }
+    t
+}
+
+/// Bring `network`'s OVN rows to what the index wants: only the new ports when nothing else
+/// changed since `known`, else a full read + diff + apply (one transaction either way).
+async fn sync(ctx: &Arc<Context>, network: &str, known: &mut Option<Known>) -> Result<()> {
+    let Some(w) = wanted(ctx, network)? else {
+        return Ok(());
     };
     let client = ctx.nb.client()?;
     let started = std::time::Instant::now();
-    let report = reconcile(&client, network, &topology).await?;
-    if !report.is_empty() {
-        tracing::debug!(network, %report, took = ?started.elapsed(), "OVN reconciled");
+    if let Some(k) = known.as_mut()
+        && k.nodes == w.nodes
+    {
+        let wanted_by_name: BTreeMap<&str, &PortSpec> =
+            w.ports.iter().map(|p| (p.name.as_str(), p)).collect();
+        let unchanged = k
+            .ports
+            .iter()
+            .all(|(n, p)| wanted_by_name.get(n.as_str()) == Some(&p));
+        if unchanged {
+            let new: Vec<PortSpec> = w
+                .ports
+                .iter()
+                .filter(|p| !k.ports.contains_key(&p.name))
+                .cloned()
+                .collect();
+            if new.is_empty() {
+                return Ok(());
+            }
+            let subset = additions_only((w.plan_subset)(&new)?, &new);
+            // the parents exist (with the UUIDs we know), no child row is in `parents`: the
+            // diff inserts the new children and adds them to their parents, nothing else
+            let mut ops = diff(&k.parents, &subset, network);
+            ops.push(roam_network::ovsdb::ops::comment(&format!(
+                "roam: {} new ports in network {network}",
+                new.len()
+            )));
+            let report = apply(&client, ops).await?;
+            for p in new {
+                k.ports.insert(p.name.clone(), p);
+            }
+            tracing::debug!(network, %report, took = ?started.elapsed(), "OVN ports added");
+            return Ok(());
+        }
     }
+    let full = (w.plan_subset)(&w.ports)?;
+    check(&full, network)?;
+    let actual = read_actual(&client, network).await?;
+    let mut ops = diff(&actual, &full, network);
+    let inserted_parents = ops.iter().any(|op| {
+        op["op"] == "insert" && (op["table"] == "Logical_Switch" || op["table"] == "Logical_Router")
+    });
+    if !ops.is_empty() {
+        ops.push(roam_network::ovsdb::ops::comment(&format!(
+            "roam: reconcile network {network}"
+        )));
+        let report = apply(&client, ops).await?;
+        tracing::info!(network, %report, took = ?started.elapsed(), "OVN topology reconciled");
+    }
+    *known = (!inserted_parents).then(|| Known {
+        parents: ActualState {
+            switches: actual.switches,
+            routers: actual.routers,
+            ..Default::default()
+        },
+        ports: w.ports.into_iter().map(|p| (p.name.clone(), p)).collect(),
+        nodes: w.nodes,
+    });
     Ok(())
 }
 
