@@ -136,19 +136,21 @@ impl KubeFixture {
                 &["delete", "namespace", ns, "--wait=true", "--timeout=120s"],
             );
         }
-        for n in &self.networks {
-            let _ = try_kubectl(lab, &["delete", "network", n, "--ignore-not-found"]);
-            let _ = try_kubectl(
-                lab,
-                &[
-                    "delete",
-                    "addresses",
-                    "-l",
-                    &format!("roam.dev/network={n}"),
-                    "--ignore-not-found",
-                ],
-            );
-        }
+        // one DELETE for all of a network's Addresses (kubectl deletes them one by one)
+        let rt = tokio::runtime::Runtime::new().expect("tokio");
+        rt.block_on(async {
+            let client = lab.kube_client().await;
+            let addrs: kube::Api<roam_migrator::api::Address> = kube::Api::all(client);
+            for n in &self.networks {
+                let _ = try_kubectl(lab, &["delete", "network", n, "--ignore-not-found"]);
+                let _ = addrs
+                    .delete_collection(
+                        &kube::api::DeleteParams::default(),
+                        &kube::api::ListParams::default().labels(&format!("roam.dev/network={n}")),
+                    )
+                    .await;
+            }
+        });
         for n in &self.fake_nodes {
             let _ = try_kubectl(lab, &["delete", "node", n, "--ignore-not-found"]);
         }
@@ -1032,4 +1034,145 @@ fn two_controllers_racing_1000_claims_hand_out_no_ip_twice() {
     assert_eq!(published_all.len(), 1000);
     let claims = |c: &ControllerProcess| c.log_text().matches("addresses published").count();
     println!("c1 published {}, c2 published {}", claims(&c1), claims(&c2));
+}
+
+/// A VLAN (underlay) Network: DHCP and static addressing as in seed 001 — the address comes
+/// from the VLAN's subnet with its mask, the port sits on the VLAN's switch (localnet port
+/// tagged), and a DHCP interface's port has OVN DHCP options.
+#[test]
+fn vlan_network_static_and_dhcp_addresses() {
+    let lab = Lab::get();
+    let (ns, net, label) = ("h5-vlan", "h5-vlan", "h5-vlan");
+    let _fixture = KubeFixture::new(&lab, ns, &[net], &[]);
+    let _ovn = LabNetwork::new(&lab, net, &[]);
+    create(
+        &lab,
+        "create",
+        &[network(
+            net,
+            label,
+            json!({"mode": "underlay", "vlan": 140, "subnet": "100.142.140.0/24",
+            "gateway": "100.142.140.254", "poolSizePerNode": 2, "physnet": "h5phys"}),
+        )],
+    );
+    let ctl = ControllerProcess::start(
+        &lab,
+        "h5-vlan-c",
+        18050,
+        &[
+            "--leader-elect",
+            "false",
+            "--network-selector",
+            &format!("roam.dev/test={label}"),
+            "--pod-namespace",
+            ns,
+            "--node-selector",
+            "roam.dev/test!=h5-fake",
+        ],
+    );
+    let ifaces = |j: &str| json!({"roam.dev/interfaces": j});
+    create(
+        &lab,
+        "create",
+        &[
+            pod(
+                ns,
+                "dhcp",
+                "node-a",
+                ifaces(
+                    r#"[{"mode":"underlay","interface":{"name":"eth0","dhcp":"true","service_class":"bulk"},"vlan":{"tag":"140"}}]"#,
+                ),
+                json!({}),
+            ),
+            pod(
+                ns,
+                "static",
+                "node-b",
+                ifaces(
+                    r#"[{"mode":"underlay","interface":{"name":"eth0","dhcp":"false","ip":"100.142.140.50","mask":"255.255.255.0","gateway":"100.142.140.254"},"vlan":{"tag":"140"}}]"#,
+                ),
+                json!({}),
+            ),
+        ],
+    );
+    let d = wait_published(&lab, &ctl, ns, "dhcp");
+    let s = wait_published(&lab, &ctl, ns, "static");
+    assert_eq!(
+        (
+            d["prefixLen"].as_u64(),
+            d["vlan"].as_u64(),
+            d["dhcp"].as_bool()
+        ),
+        (Some(24), Some(140), Some(true))
+    );
+    assert_eq!(d["gateway"], "100.142.140.254");
+    assert_eq!(
+        (
+            s["ip"].as_str(),
+            s["prefixLen"].as_u64(),
+            s["dhcp"].as_bool()
+        ),
+        (Some("100.142.140.50"), Some(24), Some(false))
+    );
+    let a = address(&lab, d["address"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (
+            a["spec"]["vlan"]["tag"].as_u64(),
+            a["spec"]["serviceClass"].as_str()
+        ),
+        (Some(140), Some("bulk"))
+    );
+    // the ports are on the VLAN switch, beside its tagged localnet port
+    let sw = nbctl(&lab, &["show", "h5-vlan-vlan140"]);
+    for p in [
+        d["port"].as_str().unwrap(),
+        s["port"].as_str().unwrap(),
+        "h5-vlan-ln",
+    ] {
+        assert!(sw.contains(p), "{p} on the VLAN switch:\n{sw}");
+    }
+    assert!(sw.contains("tag: 140"), "{sw}");
+    let dhcp_opts = nbctl(
+        &lab,
+        &[
+            "--bare",
+            "--columns=dhcpv4_options",
+            "find",
+            "Logical_Switch_Port",
+            &format!("name={}", d["port"].as_str().unwrap()),
+        ],
+    );
+    assert!(
+        !dhcp_opts.trim().is_empty(),
+        "the DHCP interface's port has DHCP options"
+    );
+    let static_opts = nbctl(
+        &lab,
+        &[
+            "--bare",
+            "--columns=dhcpv4_options",
+            "find",
+            "Logical_Switch_Port",
+            &format!("name={}", s["port"].as_str().unwrap()),
+        ],
+    );
+    assert!(
+        static_opts.trim().is_empty(),
+        "a static interface gets no DHCP options: {static_opts}"
+    );
+    let cidr = nbctl(
+        &lab,
+        &[
+            "--bare",
+            "--columns=cidr",
+            "find",
+            "DHCP_Options",
+            &format!("external_ids:roam.dev/port={}", d["port"].as_str().unwrap()),
+        ],
+    );
+    assert_eq!(
+        cidr.trim(),
+        "100.142.140.0/24",
+        "the lease carries the VLAN's mask"
+    );
 }

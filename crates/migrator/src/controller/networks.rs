@@ -178,7 +178,12 @@ async fn set_ready(
         .status
         .as_ref()
         .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
-    if current.is_some_and(|c| c.status == status && c.reason == reason && c.message == message) {
+    if current.is_some_and(|c| {
+        c.status == status
+            && c.reason == reason
+            && c.message == message
+            && c.observed_generation == obj.metadata.generation
+    }) {
         return Ok(());
     }
     let name = obj.metadata.name.clone().unwrap_or_default();

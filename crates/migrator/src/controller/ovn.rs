@@ -15,8 +15,8 @@ use std::time::Duration;
 use std::collections::BTreeMap;
 
 use roam_network::topology::{
-    ActualState, PortSpec, SwitchPortKind, Topology, apply, check, diff, flip_route, plan_overlay,
-    plan_underlay, read_actual, reconcile,
+    ActualState, PortSpec, Topology, apply, check, diff, flip_route, plan_overlay, plan_underlay,
+    read_actual, reconcile,
 };
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -25,6 +25,7 @@ use super::index::Moved;
 use crate::api::NetworkMode;
 use crate::core::claim::desired_ports;
 use crate::core::network::{overlay_input, underlay_input};
+use crate::core::ovn::{Delta, additions_only, delta};
 use crate::error::{Error, Result};
 
 pub(super) struct OvnSync {
@@ -183,22 +184,6 @@ fn wanted(ctx: &Context, network: &str) -> Result<Option<Wanted>> {
     }
 }
 
-/// `t` reduced to what `new` ports add: their switch ports and QoS rules, and their /32
-/// routes; no router ports, no router-type or localnet switch ports, no other routes.
-fn additions_only(mut t: Topology, new: &[PortSpec]) -> Topology {
-    let prefixes: BTreeSet<String> = new.iter().map(|p| format!("{}/32", p.ip)).collect();
-    for ls in t.switches.values_mut() {
-        ls.ports
-            .retain(|_, p| matches!(p.kind, SwitchPortKind::Workload { .. }));
-    }
-    for lr in t.routers.values_mut() {
-        lr.ports.clear();
-        lr.routes
-            .retain(|r| prefixes.contains(&r.ip_prefix.to_string()));
-    }
-    t
-}
-
 /// Bring `network`'s OVN rows to what the index wants: only the new ports when nothing else
 /// changed since `known`, else a full read + diff + apply (one transaction either way).
 async fn sync(ctx: &Arc<Context>, network: &str, known: &mut Option<Known>) -> Result<()> {
@@ -210,36 +195,25 @@ async fn sync(ctx: &Arc<Context>, network: &str, known: &mut Option<Known>) -> R
     if let Some(k) = known.as_mut()
         && k.nodes == w.nodes
     {
-        let wanted_by_name: BTreeMap<&str, &PortSpec> =
-            w.ports.iter().map(|p| (p.name.as_str(), p)).collect();
-        let unchanged = k
-            .ports
-            .iter()
-            .all(|(n, p)| wanted_by_name.get(n.as_str()) == Some(&p));
-        if unchanged {
-            let new: Vec<PortSpec> = w
-                .ports
-                .iter()
-                .filter(|p| !k.ports.contains_key(&p.name))
-                .cloned()
-                .collect();
-            if new.is_empty() {
+        match delta(&k.ports, &w.ports) {
+            Delta::Nothing => return Ok(()),
+            Delta::Add(new) => {
+                let subset = additions_only((w.plan_subset)(&new)?, &new);
+                // the parents exist (with the UUIDs we know), no child row is in `parents`:
+                // the diff inserts the new children and adds them to their parents, nothing else
+                let mut ops = diff(&k.parents, &subset, network);
+                ops.push(roam_network::ovsdb::ops::comment(&format!(
+                    "roam: {} new ports in network {network}",
+                    new.len()
+                )));
+                let report = apply(&client, ops).await?;
+                for p in new {
+                    k.ports.insert(p.name.clone(), p);
+                }
+                tracing::debug!(network, %report, took = ?started.elapsed(), "OVN ports added");
                 return Ok(());
             }
-            let subset = additions_only((w.plan_subset)(&new)?, &new);
-            // the parents exist (with the UUIDs we know), no child row is in `parents`: the
-            // diff inserts the new children and adds them to their parents, nothing else
-            let mut ops = diff(&k.parents, &subset, network);
-            ops.push(roam_network::ovsdb::ops::comment(&format!(
-                "roam: {} new ports in network {network}",
-                new.len()
-            )));
-            let report = apply(&client, ops).await?;
-            for p in new {
-                k.ports.insert(p.name.clone(), p);
-            }
-            tracing::debug!(network, %report, took = ?started.elapsed(), "OVN ports added");
-            return Ok(());
+            Delta::Full => {}
         }
     }
     let full = (w.plan_subset)(&w.ports)?;
