@@ -139,12 +139,15 @@ async fn sync_loop(ctx: Arc<Context>, network: String, s: std::sync::Weak<OvnSyn
     }
 }
 
+/// Plans the topology for a list of ports (all of them, or a batch of new ones).
+type Planner = Box<dyn Fn(&[PortSpec]) -> Result<Topology> + Send>;
+
 /// What the index wants for `network`: its workload ports, its nodes
 /// (the planner's node list for the overlay), and the planner (for all or some of the ports).
 struct Wanted {
     ports: Vec<PortSpec>,
     nodes: BTreeSet<String>,
-    plan_subset: Box<dyn Fn(&[PortSpec]) -> Result<Topology> + Send>,
+    plan_subset: Planner,
 }
 
 fn wanted(ctx: &Context, network: &str) -> Result<Option<Wanted>> {

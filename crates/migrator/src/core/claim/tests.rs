@@ -359,7 +359,7 @@ proptest! {
                     claimed(&pool_address(r.network, ip, mac, &node), &owner, &node, &r),
                 ),
             };
-            prop_assert!(!store.get(&name).is_some_and(|a| a.spec.owner.as_ref().is_some_and(|o| o != &owner)));
+            prop_assert!(store.get(&name).is_none_or(|a| a.spec.owner.as_ref().is_none_or(|o| o == &owner)));
             let got = (spec.ip.clone(), spec.mac.clone());
             if let Some(prev) = first.get(&owner) {
                 prop_assert_eq!(prev, &got, "same IP and MAC back");
