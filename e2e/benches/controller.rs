@@ -190,8 +190,10 @@ async fn bench(
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let sent: Arc<Mutex<HashMap<String, Instant>>> = Default::default();
     let seen: Arc<Mutex<HashMap<String, Instant>>> = Default::default();
+    let refused: Arc<Mutex<Option<String>>> = Default::default();
     let watch = {
         let seen = seen.clone();
+        let refused = refused.clone();
         let pods = pods.clone();
         tokio::spawn(async move {
             let mut s = watcher(pods, watcher::Config::default())
@@ -199,12 +201,13 @@ async fn bench(
                 .applied_objects()
                 .boxed();
             while let Ok(Some(p)) = s.try_next().await {
-                let annotated = p
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key("roam.dev/addresses"));
-                if annotated && let Some(n) = p.metadata.name {
+                let ann = p.metadata.annotations.clone().unwrap_or_default();
+                if let Some(e) = ann.get("roam.dev/error") {
+                    *refused.lock().unwrap() = Some(e.clone());
+                }
+                if ann.contains_key("roam.dev/addresses")
+                    && let Some(n) = p.metadata.name
+                {
                     seen.lock().unwrap().entry(n).or_insert_with(Instant::now);
                 }
             }
@@ -218,7 +221,8 @@ async fn bench(
         async move {
             let name = format!("b{i:05}");
             let p: Pod = serde_json::from_value(json!({
-                "metadata": {"name": name, "namespace": NS},
+                "metadata": {"name": name, "namespace": NS, "annotations": {
+                    "roam.dev/interfaces": format!(r#"[{{"mode":"overlay","network":"{NET}","interface":{{"name":"eth0"}}}}]"#)}},
                 "spec": {"nodeName": NODES[i % 2], "terminationGracePeriodSeconds": 0,
                          "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.2"}]}
             }))
@@ -243,6 +247,9 @@ async fn bench(
         let n = seen.lock().unwrap().len();
         if n >= n_pods {
             break;
+        }
+        if let Some(e) = refused.lock().unwrap().clone() {
+            anyhow::bail!("a pod was refused: {e}");
         }
         anyhow::ensure!(
             Instant::now() < deadline,

@@ -83,6 +83,8 @@ pub struct Context {
     synced: Notify,
     flips: mpsc::UnboundedSender<Moved>,
     pods: Mutex<Option<Store<Pod>>>,
+    /// (network, IP) being claimed by a reconcile of this process right now.
+    inflight: Mutex<std::collections::BTreeSet<(String, std::net::Ipv4Addr)>>,
 }
 
 impl Context {
@@ -182,6 +184,7 @@ pub async fn run(
         synced: Notify::new(),
         flips: flips_tx,
         pods: Mutex::new(None),
+        inflight: Mutex::new(Default::default()),
     });
     let mut tasks = tokio::task::JoinSet::new();
     if let Some(listener) = metrics_listener {

@@ -235,6 +235,22 @@ fn holder_elsewhere(
         .then_some(holder)
 }
 
+/// An IP being claimed by this process; released when the attempt ends.
+struct Inflight {
+    ctx: Arc<Context>,
+    key: (String, Ipv4Addr),
+}
+
+impl Drop for Inflight {
+    fn drop(&mut self) {
+        self.ctx
+            .inflight
+            .lock()
+            .expect("inflight lock")
+            .remove(&self.key);
+    }
+}
+
 /// Claim or reuse the Address of one interface.
 async fn claim(
     ctx: &Arc<Context>,
@@ -247,16 +263,38 @@ async fn claim(
     let mut skip: BTreeSet<Ipv4Addr> = BTreeSet::new();
     for _ in 0..32 {
         let started = Instant::now();
-        let (step, current) = {
+        let (step, current, _held) = {
             let idx = ctx.index.lock().expect("index lock");
             let addrs = idx.of_network(&r.network.name);
             let refs: Vec<&Address> = addrs.iter().map(|a| &**a).collect();
-            let step = decide(pod, owner, node, r, &refs, &skip)?;
+            let mut inflight = ctx.inflight.lock().expect("inflight lock");
+            // IPs other reconciles of this process are claiming right now: pick another
+            // rather than lose a certain race
+            let mut avoid = skip.clone();
+            avoid.extend(
+                inflight
+                    .iter()
+                    .filter(|(n, _)| *n == r.network.name)
+                    .map(|(_, ip)| *ip),
+            );
+            let step = decide(pod, owner, node, r, &refs, &avoid)?;
             let current = match &step {
                 Step::Reuse { name } | Step::Claim { name } => idx.address(name),
                 Step::Create { .. } => None,
             };
-            (step, current)
+            let ip = match &step {
+                Step::Claim { .. } => current.as_ref().and_then(|c| c.spec.ip.parse().ok()),
+                Step::Create { ip, .. } => Some(*ip),
+                Step::Reuse { .. } => None,
+            };
+            let held = ip.map(|ip| {
+                inflight.insert((r.network.name.clone(), ip));
+                Inflight {
+                    ctx: ctx.clone(),
+                    key: (r.network.name.clone(), ip),
+                }
+            });
+            (step, current, held)
         };
         let mut obj = match (&step, current) {
             (Step::Reuse { .. } | Step::Claim { .. }, Some(cur)) => {
