@@ -47,6 +47,8 @@ async fn crds_install_and_the_address_name_locks_the_ip() {
             reclaim_grace_seconds: None,
             dns: vec![],
             mtu: None,
+            physnet: None,
+            transit_subnet: None,
         },
     );
     networks
@@ -71,6 +73,9 @@ async fn crds_install_and_the_address_name_locks_the_ip() {
                 deleted: false,
                 deletion_time: None,
                 vlan: None,
+                interface: None,
+                dhcp: false,
+                service_class: None,
             },
         )
     };

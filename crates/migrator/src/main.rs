@@ -1,18 +1,213 @@
-//! roam-controller: the VM, migration, address, pod and route controllers in one
-//! leader-elected process. The controllers arrive with the address-control-plane and
-//! live-migration issues; this binary only identifies itself so far.
+//! roam-controller: the address operator, the pod (sdn) and route controllers (and, with
+//! the live-migration issue, the VM and migration controllers) in one leader-elected process.
+//!
+//! ```text
+//! roam-controller [--kubeconfig PATH] [--nb tcp:HOST:PORT|unix:PATH]
+//!                 [--metrics-addr HOST:PORT|off] [--leader-elect true|false]
+//!                 [--lease-namespace NS] [--lease-name NAME] [--identity ID]
+//!                 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS]
+//!                 [--concurrency N] [--ovn-debounce-ms MS] [--sweep-period-ms MS]
+//! ```
+//!
+//! Every flag also reads an environment variable (`ROAM_` + the flag in upper snake case,
+//! e.g. `ROAM_NB`); `KUBECONFIG` too. Without a kubeconfig the in-cluster configuration is
+//! used. When leadership is lost the process exits (status 3), to be restarted as a
+//! candidate.
 
-use anyhow::bail;
+use std::time::Duration;
 
-fn main() -> anyhow::Result<()> {
+use anyhow::{Context as _, bail};
+use roam_migrator::controller::{self, Config, leader};
+
+struct Flags {
+    kubeconfig: Option<String>,
+    nb: String,
+    metrics_addr: Option<String>,
+    leader_elect: bool,
+    lease_namespace: String,
+    lease_name: String,
+    identity: String,
+    network_selector: Option<String>,
+    node_selector: Option<String>,
+    pod_namespace: Option<String>,
+    concurrency: u16,
+    ovn_debounce_ms: u64,
+    sweep_period_ms: u64,
+}
+
+const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] [--metrics-addr ADDR|off] \
+[--leader-elect true|false] [--lease-namespace NS] [--lease-name NAME] [--identity ID] \
+[--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--concurrency N] [--ovn-debounce-ms MS] \
+[--sweep-period-ms MS] | --version";
+
+fn env(flag: &str) -> Option<String> {
+    std::env::var(format!("ROAM_{}", flag.replace('-', "_").to_uppercase()))
+        .ok()
+        .filter(|v| !v.is_empty())
+}
+
+fn parse() -> anyhow::Result<Flags> {
+    let mut given: std::collections::HashMap<String, String> = Default::default();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if a == "--version" {
+            println!("roam-controller {}", env!("CARGO_PKG_VERSION"));
+            std::process::exit(0);
+        }
+        if a == "--help" || a == "-h" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        let Some(flag) = a.strip_prefix("--") else {
+            bail!("unexpected argument {a:?}\n{USAGE}");
+        };
+        let (k, v) = match flag.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (
+                flag.to_string(),
+                args.next()
+                    .with_context(|| format!("--{flag} needs a value\n{USAGE}"))?,
+            ),
+        };
+        given.insert(k, v);
+    }
+    let get = |k: &str| given.get(k).cloned().or_else(|| env(k));
+    let known = [
+        "kubeconfig",
+        "nb",
+        "metrics-addr",
+        "leader-elect",
+        "lease-namespace",
+        "lease-name",
+        "identity",
+        "network-selector",
+        "node-selector",
+        "pod-namespace",
+        "concurrency",
+        "ovn-debounce-ms",
+        "sweep-period-ms",
+    ];
+    if let Some(k) = given.keys().find(|k| !known.contains(&k.as_str())) {
+        bail!("unknown flag --{k}\n{USAGE}");
+    }
+    let num = |k: &str, default: u64| -> anyhow::Result<u64> {
+        get(k).map_or(Ok(default), |v| {
+            v.parse()
+                .with_context(|| format!("--{k} {v:?}: expected a whole number"))
+        })
+    };
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "roam-controller".into());
+    Ok(Flags {
+        kubeconfig: get("kubeconfig").or_else(|| std::env::var("KUBECONFIG").ok()),
+        nb: get("nb").unwrap_or_else(|| "tcp:127.0.0.1:6641".into()),
+        metrics_addr: match get("metrics-addr").as_deref() {
+            Some("off") => None,
+            Some(a) => Some(a.to_string()),
+            None => Some("0.0.0.0:9090".into()),
+        },
+        leader_elect: match get("leader-elect").as_deref() {
+            None | Some("true") => true,
+            Some("false") => false,
+            Some(v) => bail!("--leader-elect {v:?}: expected true or false"),
+        },
+        lease_namespace: get("lease-namespace")
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "roam-system".into()),
+        lease_name: get("lease-name").unwrap_or_else(|| "roam-controller".into()),
+        identity: get("identity")
+            .or_else(|| std::env::var("POD_NAME").ok())
+            .unwrap_or_else(|| format!("{host}-{}", std::process::id())),
+        network_selector: get("network-selector"),
+        node_selector: get("node-selector"),
+        pod_namespace: get("pod-namespace"),
+        concurrency: num("concurrency", 32)?.clamp(1, 1024) as u16,
+        ovn_debounce_ms: num("ovn-debounce-ms", 20)?,
+        sweep_period_ms: num("sweep-period-ms", 2000)?.max(100),
+    })
+}
+
+async fn client(kubeconfig: Option<&str>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("read kubeconfig {path}"))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .with_context(|| format!("kubeconfig {path}"))?
+        }
+        None => kube::Config::incluster().context(
+            "no --kubeconfig and not in a cluster (KUBERNETES_SERVICE_HOST unset): give --kubeconfig",
+        )?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+    tracing::info!("stopping");
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn".into()),
+        )
         .init();
-    match std::env::args().nth(1).as_deref() {
-        Some("--version") => {
-            println!("roam-controller {}", env!("CARGO_PKG_VERSION"));
-            Ok(())
-        }
-        _ => bail!("roam-controller: the controllers are not implemented yet (see README, Status)"),
+    let flags = parse()?;
+    let client = client(flags.kubeconfig.as_deref()).await?;
+    let metrics = match &flags.metrics_addr {
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("listen for metrics on {a}"))?,
+        ),
+        None => None,
+    };
+    if let Some(m) = &metrics {
+        tracing::info!(addr = %m.local_addr()?, "metrics on /metrics");
     }
+    let config = Config {
+        nb: flags.nb.clone(),
+        network_selector: flags.network_selector.clone(),
+        node_selector: flags.node_selector.clone(),
+        pod_namespace: flags.pod_namespace.clone(),
+        concurrency: flags.concurrency,
+        ovn_debounce: Duration::from_millis(flags.ovn_debounce_ms),
+        sweep_period: Duration::from_millis(flags.sweep_period_ms),
+        identity: flags.identity.clone(),
+    };
+    tracing::info!(identity = %flags.identity, nb = %flags.nb, leader_elect = flags.leader_elect, "roam-controller starting");
+    if !flags.leader_elect {
+        controller::run(client, config, metrics, stop_signal()).await?;
+        return Ok(());
+    }
+    let lease = leader::LeaderConfig {
+        namespace: flags.lease_namespace,
+        name: flags.lease_name,
+        identity: flags.identity,
+        lease_duration: Duration::from_secs(15),
+        renew: Duration::from_secs(2),
+    };
+    tokio::select! {
+        _ = leader::acquire(client.clone(), &lease) => {}
+        _ = stop_signal() => return Ok(()),
+    }
+    tokio::select! {
+        r = controller::run(client.clone(), config, metrics, stop_signal()) => r?,
+        _ = leader::hold(client, &lease) => {
+            tracing::error!("leadership lost: exiting so that no two leaders act at once");
+            std::process::exit(3);
+        }
+    }
+    Ok(())
 }

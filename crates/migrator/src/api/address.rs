@@ -53,6 +53,16 @@ pub struct AddressSpec {
     /// For underlay addresses: the VLAN and its subnet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vlan: Option<AddressVlan>,
+    /// The owner's interface this address is for (`eth0`, `eth1`, …): with several
+    /// interfaces, reuse matches owner + network + interface.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<String>,
+    /// OVN answers DHCP for it (VMs, DHCP underlay interfaces).
+    #[serde(default)]
+    pub dhcp: bool,
+    /// The RFC 4594 service class its traffic is marked with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_class: Option<String>,
 }
 
 /// The VLAN of an underlay address.

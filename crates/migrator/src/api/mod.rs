@@ -7,7 +7,7 @@ mod vm;
 mod vmim;
 
 pub use address::{Address, AddressSpec, AddressStatus, AddressVlan, address_name};
-pub use network::{Network, NetworkMode, NetworkSpec, NetworkStatus};
+pub use network::{Network, NetworkMode, NetworkSpec, NetworkStatus, TransitAddress};
 pub use vm::{
     Boot, MIGRATE_TO, MIGRATE_TO_AUTO, MigrateTo, MigrateToError, VirtualMachine,
     VirtualMachineSpec, VirtualMachineStatus, VmInterface, VmInterfaceStatus, VmPhase,

@@ -66,6 +66,15 @@ pub struct NetworkSpec {
     /// Interface MTU (default 1500).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u16>,
+    /// Underlay: the physical network the VLAN is on, mapped to a bridge on every node by
+    /// `ovn-bridge-mappings` (default `physnet`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physnet: Option<String>,
+    /// Overlay: the transit network between the node routers and the fabric router (default
+    /// `169.254.0.0/20`); must not overlap the subnet. Its first host is the fabric router's,
+    /// the others are given to nodes, one each, for good (see status `transit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transit_subnet: Option<String>,
 }
 
 /// What the controller observed of a Network.
@@ -88,4 +97,19 @@ pub struct NetworkStatus {
     /// another Network, VLAN 0 or 4095).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Overlay: each node's address on the transit network. Assigned once per node and
+    /// kept (written with a resourceVersion precondition), so a node's router keeps its
+    /// address across controller restarts and leader changes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transit: Vec<TransitAddress>,
+}
+
+/// One node's address on an overlay network's transit network.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TransitAddress {
+    /// The node.
+    pub node: String,
+    /// Its router's address on the transit network.
+    pub ip: String,
 }

@@ -1,0 +1,205 @@
+//! The controllers of the address control plane, thin I/O around [`crate::core`]:
+//!
+//! - watches ([`watch`]) feed the [`index::Index`] with Addresses, Networks and Nodes;
+//! - the network controller ([`networks`]) validates Networks (overlaps checked on a direct
+//!   LIST), assigns the nodes' transit addresses and writes status conditions;
+//! - the address operator ([`operator`]) keeps every node's warm pool, reclaims soft-deleted
+//!   Addresses after their grace, soft-deletes Addresses whose workload is gone, and hands back
+//!   double claims;
+//! - the pod (sdn) controller ([`pods`]) claims or reuses a pod's Addresses, waits for their
+//!   OVN ports, and publishes `roam.dev/addresses`;
+//! - the OVN syncer ([`ovn`]) reconciles a Network's OVN topology, debounced and batched, and
+//!   the route controller flips a moved Address's /32 first (fast path).
+
+pub mod index;
+pub mod leader;
+pub mod metrics;
+mod networks;
+mod operator;
+mod ovn;
+mod pods;
+mod watch;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use roam_network::ovsdb::ReconnectingClient;
+use tokio::sync::{Notify, mpsc};
+
+use crate::api::Address;
+use index::{Index, Moved};
+use metrics::Metrics;
+
+/// The annotation on an Address naming the pod (`namespace/name`) that last claimed it.
+pub const POD_ANNOTATION: &str = "roam.dev/pod";
+/// The pod annotation saying why no address was published for it.
+pub const ERROR_ANNOTATION: &str = "roam.dev/error";
+/// The label on an Address naming its Network.
+pub const NETWORK_LABEL: &str = "roam.dev/network";
+
+/// What the controllers are told.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// OVN northbound database, e.g. `tcp:127.0.0.1:6641`.
+    pub nb: String,
+    /// Only Networks matching this label selector are managed (all when `None`).
+    pub network_selector: Option<String>,
+    /// Only Nodes matching this label selector take part (all when `None`).
+    pub node_selector: Option<String>,
+    /// Only pods of this namespace are served (all when `None`).
+    pub pod_namespace: Option<String>,
+    /// Pods reconciled at once.
+    pub concurrency: u16,
+    /// How long the OVN syncer gathers requests before reconciling.
+    pub ovn_debounce: Duration,
+    /// How often soft deletes, double claims and OVN drift are checked.
+    pub sweep_period: Duration,
+    /// This instance's identity (Events' reporting instance).
+    pub identity: String,
+}
+
+/// Shared by every controller.
+pub struct Context {
+    /// Kubernetes.
+    pub client: kube::Client,
+    /// Settings.
+    pub config: Config,
+    /// What the watches and our writes told us.
+    pub index: Mutex<Index>,
+    /// OVN northbound.
+    pub nb: ReconnectingClient,
+    /// Metrics.
+    pub metrics: Metrics,
+    recorder: Recorder,
+    ovn: Mutex<HashMap<String, Arc<ovn::OvnSync>>>,
+    /// Wakes the address operator (a node's pool ran dry, a Network changed).
+    pub pool_kick: Notify,
+    /// Wakes the network controller.
+    pub network_kick: Notify,
+    synced: Notify,
+    flips: mpsc::UnboundedSender<Moved>,
+    pods: Mutex<Option<Store<Pod>>>,
+}
+
+impl Context {
+    /// Record `a` (from a watch or our own write) and pass a host move on to the route
+    /// controller.
+    pub fn upsert(&self, a: Address) -> bool {
+        let (changed, moved) = self.index.lock().expect("index lock").upsert(a);
+        if let Some(m) = moved {
+            let _ = self.flips.send(m);
+        }
+        changed
+    }
+
+    /// Wait until the Addresses, Networks and Nodes are listed.
+    pub async fn wait_synced(&self) {
+        loop {
+            let notified = self.synced.notified();
+            if self.index.lock().expect("index lock").is_synced() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Publish an Event (in the background: an Event is never worth delaying a claim).
+    pub fn event(
+        &self,
+        reference: ObjectReference,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let recorder = self.recorder.clone();
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note.chars().take(1000).collect()),
+            action: action.into(),
+            secondary: None,
+        };
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&ev, &reference).await {
+                tracing::debug!(error = %e, "cannot publish an Event");
+            }
+        });
+    }
+
+    pub(crate) fn pod_store(&self) -> Option<Store<Pod>> {
+        self.pods.lock().expect("pods lock").clone()
+    }
+}
+
+/// Per-network address counts, for the metrics endpoint.
+pub fn gauges(ctx: &Context) -> metrics::Gauges {
+    let idx = ctx.index.lock().expect("index lock");
+    idx.networks
+        .keys()
+        .map(|n| {
+            let (f, c, d) = idx.counts(n);
+            (n.clone(), f, c, d)
+        })
+        .collect()
+}
+
+/// Run every controller (and serve metrics on `metrics_listener`) until `stop` resolves or
+/// a controller stops (it never should).
+pub async fn run(
+    client: kube::Client,
+    config: Config,
+    metrics_listener: Option<tokio::net::TcpListener>,
+    stop: impl std::future::Future<Output = ()>,
+) -> crate::Result<()> {
+    let nb = ReconnectingClient::start(&config.nb, Default::default())?;
+    let (flips_tx, flips_rx) = mpsc::unbounded_channel();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "roam-controller".into(),
+            instance: Some(config.identity.clone()),
+        },
+    );
+    let ctx = Arc::new(Context {
+        client,
+        config,
+        index: Mutex::new(Index::default()),
+        nb,
+        metrics: Metrics::default(),
+        recorder,
+        ovn: Mutex::new(HashMap::new()),
+        pool_kick: Notify::new(),
+        network_kick: Notify::new(),
+        synced: Notify::new(),
+        flips: flips_tx,
+        pods: Mutex::new(None),
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(listener) = metrics_listener {
+        let c = ctx.clone();
+        tasks.spawn(metrics::serve(listener, ctx.metrics.clone(), move || {
+            gauges(&c)
+        }));
+    }
+    tasks.spawn(watch::addresses(ctx.clone()));
+    tasks.spawn(watch::networks(ctx.clone()));
+    tasks.spawn(watch::nodes(ctx.clone()));
+    tasks.spawn(networks::run(ctx.clone()));
+    tasks.spawn(operator::run(ctx.clone()));
+    tasks.spawn(ovn::resync(ctx.clone()));
+    tasks.spawn(ovn::route_flips(ctx.clone(), flips_rx));
+    tasks.spawn(pods::run(ctx.clone()));
+    tokio::select! {
+        _ = stop => Ok(()),
+        r = tasks.join_next() => Err(crate::Error::Stopped(format!("{r:?}"))),
+    }
+}

@@ -1,0 +1,211 @@
+//! The network controller: validates the Networks, refuses the younger of two overlapping
+//! ones (checked on a direct LIST from the API server, never a cache: seed 004), gives every
+//! node of an overlay its transit address (kept in the Network's status, written with a
+//! resourceVersion precondition so two controllers cannot hand out different ones), and
+//! reports a `Ready` condition.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::Api;
+use kube::Resource;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use super::{Context, ovn};
+use crate::api::{Network, NetworkMode, TransitAddress};
+use crate::core::network::{NetworkRange, assign_transit, overlapping, validate_network};
+use crate::error::{Error, Result};
+
+pub(super) async fn run(ctx: Arc<Context>) {
+    loop {
+        let _ = tokio::time::timeout(Duration::from_secs(30), ctx.network_kick.notified()).await;
+        // gather a burst of changes into one pass
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if let Err(e) = pass(&ctx).await {
+            tracing::warn!(error = %e, "network pass failed; retrying");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            ctx.network_kick.notify_one();
+        }
+    }
+}
+
+async fn pass(ctx: &Arc<Context>) -> Result<()> {
+    let (objects, nodes, ready) = {
+        let idx = ctx.index.lock().expect("index lock");
+        (
+            idx.network_objects.clone(),
+            idx.nodes.iter().cloned().collect::<Vec<_>>(),
+            idx.networks_listed && idx.synced[2],
+        )
+    };
+    if !ready {
+        return Ok(());
+    }
+    let api: Api<Network> = Api::all(ctx.client.clone());
+    let all = api.list(&ListParams::default()).await?;
+    let ranges: Vec<NetworkRange> = all
+        .items
+        .iter()
+        .filter_map(|n| {
+            Some(NetworkRange {
+                name: n.metadata.name.clone()?,
+                created: n
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0.to_string())
+                    .unwrap_or_default(),
+                subnet: n
+                    .spec
+                    .subnet
+                    .parse::<roam_dhcp_opts::Ipv4Net>()
+                    .ok()?
+                    .trunc(),
+            })
+        })
+        .collect();
+    let mut refused: BTreeMap<String, Error> = overlapping(&ranges).into_iter().collect();
+    let mut plans = BTreeMap::new();
+    for (name, obj) in &objects {
+        let result =
+            validate_network(name, &obj.spec).and_then(|plan| match refused.remove(name) {
+                Some(e) => Err(e),
+                None => Ok(plan),
+            });
+        let result = match result {
+            Ok(plan) if plan.mode == NetworkMode::Overlay => {
+                let existing = obj
+                    .status
+                    .as_ref()
+                    .map(|s| s.transit.clone())
+                    .unwrap_or_default();
+                match assign_transit(&plan, &existing, &nodes) {
+                    Ok(Some(transit)) => {
+                        write_transit(ctx, obj, transit).await?;
+                        Ok(plan)
+                    }
+                    Ok(None) => Ok(plan),
+                    Err(e) => Err(e),
+                }
+            }
+            other => other,
+        };
+        match result {
+            Ok(plan) => {
+                set_ready(
+                    ctx,
+                    obj,
+                    true,
+                    "Valid",
+                    format!(
+                        "{:?} network {} gateway {}, {} per node in the warm pool",
+                        plan.mode,
+                        plan.subnet(),
+                        plan.gateway(),
+                        plan.pool_size
+                    ),
+                )
+                .await?;
+                plans.insert(name.clone(), plan);
+            }
+            Err(e) if e.is_bad_input() || matches!(e, Error::TransitExhausted { .. }) => {
+                tracing::warn!(network = %name, error = %e, "network refused");
+                ctx.metrics.count("network_errors", e.reason());
+                set_ready(ctx, obj, false, e.reason(), e.to_string()).await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let before: BTreeSet<String> = ctx
+        .index
+        .lock()
+        .expect("index lock")
+        .networks
+        .keys()
+        .cloned()
+        .collect();
+    for gone in before.iter().filter(|n| !objects.contains_key(*n)) {
+        // the Network object is gone: its OVN rows go too (its Addresses stay, harmless)
+        ovn::remove(ctx, gone).await;
+    }
+    let names: Vec<String> = plans.keys().cloned().collect();
+    ctx.index.lock().expect("index lock").networks = plans;
+    super::watch::mark_synced(ctx, 1);
+    ctx.pool_kick.notify_one();
+    for n in names {
+        ovn::request(ctx, &n);
+    }
+    Ok(())
+}
+
+async fn write_transit(ctx: &Context, obj: &Network, transit: Vec<TransitAddress>) -> Result<()> {
+    let api: Api<Network> = Api::all(ctx.client.clone());
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let mut next = obj.clone();
+    next.status.get_or_insert_with(Default::default).transit = transit;
+    // resourceVersion precondition: a second controller that read the same version loses
+    // and re-reads the winner's assignment
+    match api
+        .replace_status(&name, &PostParams::default(), &next)
+        .await
+    {
+        Ok(written) => {
+            tracing::info!(network = %name, "transit addresses assigned");
+            ctx.index
+                .lock()
+                .expect("index lock")
+                .network_objects
+                .insert(name, Arc::new(written));
+            Ok(())
+        }
+        Err(e) if Error::is_conflict(&e) => Err(Error::Conflict(format!("Network {name} status"))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn set_ready(
+    ctx: &Context,
+    obj: &Network,
+    ok: bool,
+    reason: &str,
+    message: String,
+) -> Result<()> {
+    let status = if ok { "True" } else { "False" };
+    let current = obj
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
+    if current.is_some_and(|c| {
+        c.status == status
+            && c.reason == reason
+            && c.message == message
+            && c.observed_generation == obj.metadata.generation
+    }) {
+        return Ok(());
+    }
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let cond = Condition {
+        type_: "Ready".into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.clone(),
+        observed_generation: obj.metadata.generation,
+        last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+    };
+    let api: Api<Network> = Api::all(ctx.client.clone());
+    let patch =
+        json!({"status": {"conditions": [cond], "observedGeneration": obj.metadata.generation}});
+    let written = api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    ctx.index
+        .lock()
+        .expect("index lock")
+        .network_objects
+        .insert(name.clone(), Arc::new(written));
+    ctx.event(obj.object_ref(&()), !ok, reason, "Validate", message);
+    Ok(())
+}

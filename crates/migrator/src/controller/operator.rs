@@ -1,0 +1,330 @@
+//! The address operator: every node's warm pool (refilled every `refillPeriodSeconds` and on
+//! demand), reclaim after the grace period, and the sweep that soft-deletes the Addresses of
+//! workloads that are gone.
+//!
+//! Deletes are handled level-based, not from delete events: a claimed Address whose owner has
+//! no live pod (by the pod cache) is confirmed against the API server (a direct GET or LIST)
+//! and then soft-deleted. So a delete that happened while the controller was down, or
+//! that a dropped watch missed, is found by the next sweep — nothing is lost on restart —
+//! and no finalizer holds pods hostage when the controller is away.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
+use kube::{Api, Resource};
+
+use super::{Context, NETWORK_LABEL, POD_ANNOTATION, ovn, pods};
+use crate::api::{Address, AddressSpec};
+use crate::core::claim::{new_address_name, pool_address, soft_deleted};
+use crate::core::pool::{duplicates, orphans, pool_actions};
+use crate::error::{Error, Result};
+
+pub(super) async fn run(ctx: Arc<Context>) {
+    ctx.wait_synced().await;
+    let mut last_refill = Instant::now() - Duration::from_secs(3600);
+    loop {
+        let period = {
+            let idx = ctx.index.lock().expect("index lock");
+            idx.networks
+                .values()
+                .map(|n| n.refill)
+                .min()
+                .unwrap_or(Duration::from_secs(30))
+        };
+        let kicked = tokio::time::timeout(ctx.config.sweep_period, ctx.pool_kick.notified())
+            .await
+            .is_ok();
+        if kicked || last_refill.elapsed() >= period {
+            last_refill = Instant::now();
+            if let Err(e) = refill(&ctx).await {
+                tracing::warn!(error = %e, "pool refill failed");
+            }
+        }
+        if let Err(e) = sweep(&ctx).await {
+            tracing::warn!(error = %e, "sweep failed");
+        }
+        write_counts(&ctx).await;
+    }
+}
+
+fn addresses_api(ctx: &Context) -> Api<Address> {
+    Api::all(ctx.client.clone())
+}
+
+/// Top up the pools, reclaim, remove strays: for every valid Network.
+async fn refill(ctx: &Arc<Context>) -> Result<()> {
+    let now = SystemTime::now();
+    let work: Vec<(
+        crate::core::network::NetworkPlan,
+        crate::core::pool::PoolActions,
+        Vec<Arc<Address>>,
+    )> = {
+        let idx = ctx.index.lock().expect("index lock");
+        let nodes: Vec<String> = idx.nodes.iter().cloned().collect();
+        idx.networks
+            .values()
+            .map(|plan| {
+                let addrs = idx.of_network(&plan.name);
+                let refs: Vec<&Address> = addrs.iter().map(|a| &**a).collect();
+                (
+                    plan.clone(),
+                    pool_actions(plan, &refs, &nodes, now),
+                    addrs.clone(),
+                )
+            })
+            .collect()
+    };
+    let api = addresses_api(ctx);
+    for (plan, actions, addrs) in work {
+        let new: Vec<Address> = actions
+            .create
+            .iter()
+            .map(|(node, ip, mac)| {
+                let mut a = Address::new(
+                    &new_address_name(&plan, *ip),
+                    pool_address(&plan, *ip, *mac, node),
+                );
+                a.metadata.labels = Some([(NETWORK_LABEL.to_string(), plan.name.clone())].into());
+                a
+            })
+            .collect();
+        let created = futures::stream::iter(new.into_iter().map(|a| {
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &a).await }
+        }))
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await;
+        let mut n = 0;
+        for r in created {
+            match r {
+                Ok(a) => {
+                    n += 1;
+                    ctx.upsert(a);
+                }
+                // the IP was taken meanwhile (a claim's create, another controller): next round
+                Err(e) if Error::is_conflict(&e) => {}
+                Err(e) => {
+                    tracing::warn!(network = %plan.name, error = %e, "cannot create a pool address")
+                }
+            }
+        }
+        if n > 0 {
+            tracing::info!(network = %plan.name, created = n, "pool refilled");
+            ctx.metrics.count("pool_created", &plan.name);
+        }
+        let by_name: BTreeMap<String, &Arc<Address>> = addrs
+            .iter()
+            .filter_map(|a| Some((a.metadata.name.clone()?, a)))
+            .collect();
+        for name in actions.reclaim.iter().chain(&actions.stray) {
+            let Some(a) = by_name.get(name) else { continue };
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version: a.metadata.resource_version.clone(),
+                    uid: None,
+                }),
+                ..Default::default()
+            };
+            match api.delete(name, &dp).await {
+                Ok(_) => {
+                    ctx.index.lock().expect("index lock").remove(name, None);
+                    if actions.reclaim.contains(name) {
+                        tracing::info!(address = %name, owner = ?a.spec.owner, "reclaimed after the grace period");
+                        ctx.metrics.count("reclaims", &plan.name);
+                        ctx.event(
+                            a.object_ref(&()),
+                            false,
+                            "AddressReclaimed",
+                            "Reclaim",
+                            format!(
+                                "{} of {} reclaimed: deleted {} s ago, grace {} s",
+                                a.spec.ip,
+                                a.spec.owner.as_deref().unwrap_or("?"),
+                                crate::core::claim::deletion_time(&a.spec)
+                                    .and_then(|t| SystemTime::now().duration_since(t).ok())
+                                    .map(|d| d.as_secs())
+                                    .unwrap_or(0),
+                                plan.grace.as_secs()
+                            ),
+                        );
+                    }
+                }
+                // changed meanwhile (its owner came back): keep it
+                Err(e) if Error::is_conflict(&e) || Error::is_not_found(&e) => {}
+                Err(e) => tracing::warn!(address = %name, error = %e, "cannot delete"),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Soft-delete the Addresses of workloads that are gone; hand back double claims.
+async fn sweep(ctx: &Arc<Context>) -> Result<()> {
+    let Some(store) = ctx.pod_store() else {
+        return Ok(());
+    };
+    if store.wait_until_ready().await.is_err() {
+        return Ok(());
+    }
+    let pods = store.state();
+    let live: BTreeSet<String> = pods.iter().filter_map(|p| pods::live_owner(p)).collect();
+    let (gone, doubles): (Vec<Arc<Address>>, Vec<Arc<Address>>) = {
+        let idx = ctx.index.lock().expect("index lock");
+        let mut gone = Vec::new();
+        let mut doubles = Vec::new();
+        for net in idx.networks.keys() {
+            let addrs = idx.of_network(net);
+            let refs: Vec<&Address> = addrs.iter().map(|a| &**a).collect();
+            // only Addresses that have been still for a moment: a claim by another controller
+            // for a pod our cache has not seen yet is not an orphan
+            gone.extend(
+                orphans(&refs, &live)
+                    .into_iter()
+                    .filter(|a| {
+                        idx.still_for(a.metadata.name.as_deref().unwrap_or_default())
+                            > Duration::from_secs(2)
+                    })
+                    .map(|a| Arc::new(a.clone())),
+            );
+            doubles.extend(duplicates(&refs).into_iter().map(|a| Arc::new(a.clone())));
+        }
+        (gone, doubles)
+    };
+    for a in gone {
+        if owner_alive(ctx, &a).await? {
+            continue;
+        }
+        let spec = soft_deleted(&a.spec, Time(k8s_openapi::jiff::Timestamp::now()));
+        if write_spec(ctx, &a, spec).await? {
+            tracing::info!(address = ?a.metadata.name, owner = ?a.spec.owner, "workload gone: soft-deleted");
+            ctx.metrics.count("soft_deletes", &a.spec.network);
+            ctx.event(
+                a.object_ref(&()),
+                false,
+                "AddressReleased",
+                "SoftDelete",
+                format!(
+                    "{} of {} kept for its owner during the grace period",
+                    a.spec.ip,
+                    a.spec.owner.as_deref().unwrap_or("?")
+                ),
+            );
+            ovn::request(ctx, &a.spec.network);
+        }
+    }
+    for a in doubles {
+        let mut spec = a.spec.clone();
+        spec.owner = None;
+        spec.interface = None;
+        spec.reserved = false;
+        spec.deleted = false;
+        spec.deletion_time = None;
+        spec.dhcp = false;
+        spec.service_class = None;
+        if write_spec(ctx, &a, spec).await? {
+            tracing::warn!(address = ?a.metadata.name, owner = ?a.spec.owner, "second claim of one interface handed back");
+            ctx.metrics.count("double_claims", &a.spec.network);
+            ovn::request(ctx, &a.spec.network);
+        }
+    }
+    Ok(())
+}
+
+/// Whether `a`'s owner has a live pod, asked of the API server (not the cache).
+async fn owner_alive(ctx: &Context, a: &Address) -> Result<bool> {
+    let Some(owner) = &a.spec.owner else {
+        return Ok(false);
+    };
+    let pod = a
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|m| m.get(POD_ANNOTATION))
+        .and_then(|p| p.split_once('/'))
+        .map(|(ns, n)| (ns.to_string(), n.to_string()));
+    let namespace = match (&pod, owner.split_once('/')) {
+        (_, Some((ns, _))) => ns.to_string(),
+        (Some((ns, _)), None) => ns.clone(),
+        // neither a VM owner nor a recorded pod: nothing to confirm against
+        (None, None) => return Ok(false),
+    };
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let candidates: Vec<Pod> = if owner.contains('/') {
+        api.list(&ListParams::default()).await?.items
+    } else {
+        let (_, name) = pod.expect("checked above");
+        api.get_opt(&name).await?.into_iter().collect()
+    };
+    Ok(candidates
+        .iter()
+        .any(|p| pods::live_owner(p).as_deref() == Some(owner.as_str())))
+}
+
+/// Replace `a`'s spec with a resourceVersion precondition. `Ok(false)`: someone changed it
+/// first (the next sweep decides again).
+pub(super) async fn write_spec(ctx: &Context, a: &Address, spec: AddressSpec) -> Result<bool> {
+    let mut next = a.clone();
+    next.spec = spec;
+    let name = a.metadata.name.clone().unwrap_or_default();
+    match addresses_api(ctx)
+        .replace(&name, &PostParams::default(), &next)
+        .await
+    {
+        Ok(written) => {
+            ctx.upsert(written);
+            Ok(true)
+        }
+        Err(e) if Error::is_conflict(&e) || Error::is_not_found(&e) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Free / claimed / deleted counts into each Network's status (when they changed).
+async fn write_counts(ctx: &Context) {
+    let work: Vec<(String, (u32, u32, u32), bool)> = {
+        let idx = ctx.index.lock().expect("index lock");
+        idx.networks
+            .keys()
+            .map(|n| {
+                let c = idx.counts(n);
+                let same = idx
+                    .network_objects
+                    .get(n)
+                    .and_then(|o| o.status.as_ref())
+                    .is_some_and(|s| (s.free, s.claimed, s.deleted) == c);
+                (n.clone(), c, same)
+            })
+            .collect()
+    };
+    let api: Api<crate::api::Network> = Api::all(ctx.client.clone());
+    for (name, (free, claimed, deleted), same) in work {
+        if same {
+            continue;
+        }
+        let patch =
+            serde_json::json!({"status": {"free": free, "claimed": claimed, "deleted": deleted}});
+        match api
+            .patch_status(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(n) => {
+                ctx.index
+                    .lock()
+                    .expect("index lock")
+                    .network_objects
+                    .insert(name, Arc::new(n));
+            }
+            Err(e) => tracing::debug!(network = %name, error = %e, "cannot write counts"),
+        }
+    }
+}

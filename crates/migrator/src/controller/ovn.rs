@@ -1,0 +1,318 @@
+//! The OVN side: per Network, a syncer that reconciles the whole topology (level-based: the
+//! desired ports are every live Address with a host), debounced and batched — requests that
+//! arrive while a reconcile runs are served together by the next one, so a thousand claims
+//! are a handful of reconciles, not a thousand. A pod waits for the reconcile that covers its
+//! claim before its address is published.
+//!
+//! The route controller: an Address that moved to another host while live gets its /32
+//! flipped first ([`flip_route`]: one small transaction), then the full reconcile converges.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use std::collections::BTreeMap;
+
+use roam_network::topology::{
+    ActualState, PortSpec, Topology, apply, check, diff, flip_route, plan_overlay, plan_underlay,
+    read_actual, reconcile,
+};
+use tokio::sync::{Notify, mpsc, watch};
+
+use super::Context;
+use super::index::Moved;
+use crate::api::NetworkMode;
+use crate::core::claim::desired_ports;
+use crate::core::network::{overlay_input, underlay_input};
+use crate::core::ovn::{Delta, additions_only, delta};
+use crate::error::{Error, Result};
+
+pub(super) struct OvnSync {
+    requested: AtomicU64,
+    /// The next sync re-reads the network (after a route flip: the known rows changed).
+    full: std::sync::atomic::AtomicBool,
+    kick: Notify,
+    applied: watch::Sender<u64>,
+    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for OvnSync {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.lock().expect("task lock").take() {
+            t.abort();
+        }
+    }
+}
+
+fn syncer(ctx: &Arc<Context>, network: &str) -> Arc<OvnSync> {
+    let mut map = ctx.ovn.lock().expect("ovn lock");
+    if let Some(s) = map.get(network) {
+        return s.clone();
+    }
+    let (applied, _) = watch::channel(0);
+    let s = Arc::new(OvnSync {
+        requested: AtomicU64::new(0),
+        full: std::sync::atomic::AtomicBool::new(true),
+        kick: Notify::new(),
+        applied,
+        task: std::sync::Mutex::new(None),
+    });
+    // the task holds a weak reference: the map owns the syncer, removing it stops the task
+    let task = tokio::spawn(sync_loop(
+        ctx.clone(),
+        network.to_string(),
+        Arc::downgrade(&s),
+    ));
+    *s.task.lock().expect("task lock") = Some(task);
+    map.insert(network.to_string(), s.clone());
+    s
+}
+
+/// Ask for a reconcile of `network`; returns the ticket to [`wait`] for.
+pub(super) fn request(ctx: &Arc<Context>, network: &str) -> u64 {
+    let s = syncer(ctx, network);
+    let ticket = s.requested.fetch_add(1, Ordering::SeqCst) + 1;
+    s.kick.notify_one();
+    ticket
+}
+
+/// Wait until a reconcile that started after `ticket` was issued has applied.
+pub(super) async fn wait(ctx: &Arc<Context>, network: &str, ticket: u64) -> Result<()> {
+    let s = syncer(ctx, network);
+    let mut rx = s.applied.subscribe();
+    drop(s);
+    match tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|v| *v >= ticket)).await {
+        Ok(Ok(_)) => Ok(()),
+        _ => Err(Error::Ovn(roam_network::Error::Timeout {
+            method: format!("reconcile of network {network}"),
+            secs: 30,
+        })),
+    }
+}
+
+/// What this controller last wrote to (or read from) OVN for a Network: the parent rows
+/// (switches, routers, with their UUIDs), the workload ports, the nodes. With it, a batch
+/// that only adds ports is one small transaction (no re-read of the network); anything else
+/// — a port removed or changed, a node added — is a full reconcile.
+struct Known {
+    parents: ActualState,
+    ports: BTreeMap<String, PortSpec>,
+    nodes: BTreeSet<String>,
+}
+
+async fn sync_loop(ctx: Arc<Context>, network: String, s: std::sync::Weak<OvnSync>) {
+    let mut known: Option<Known> = None;
+    loop {
+        let Some(me) = s.upgrade() else { return };
+        let pending = me.requested.load(Ordering::SeqCst) > *me.applied.borrow();
+        if !pending {
+            // a permit is stored when nobody waits, so a request in between is not missed
+            let kick = async { me.kick.notified().await };
+            kick.await;
+            continue;
+        }
+        tokio::time::sleep(ctx.config.ovn_debounce).await;
+        let target = me.requested.load(Ordering::SeqCst);
+        let full = me.full.swap(false, Ordering::SeqCst);
+        drop(me);
+        if full {
+            known = None;
+        }
+        match sync(&ctx, &network, &mut known).await {
+            Ok(()) => {
+                if let Some(me) = s.upgrade() {
+                    me.applied.send_if_modified(|v| {
+                        let changed = *v < target;
+                        *v = (*v).max(target);
+                        changed
+                    });
+                }
+            }
+            Err(e) => {
+                known = None;
+                tracing::warn!(network, error = %e, "OVN reconcile failed; retrying");
+                ctx.metrics.count("ovn_errors", e.reason());
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// Plans the topology for a list of ports (all of them, or a batch of new ones).
+type Planner = Box<dyn Fn(&[PortSpec]) -> Result<Topology> + Send>;
+
+/// What the index wants for `network`: its workload ports, its nodes
+/// (the planner's node list for the overlay), and the planner (for all or some of the ports).
+struct Wanted {
+    ports: Vec<PortSpec>,
+    nodes: BTreeSet<String>,
+    plan_subset: Planner,
+}
+
+fn wanted(ctx: &Context, network: &str) -> Result<Option<Wanted>> {
+    let idx = ctx.index.lock().expect("index lock");
+    let Some(plan) = idx.networks.get(network).cloned() else {
+        return Ok(None);
+    };
+    let addresses = idx.of_network(network);
+    let nodes: Vec<String> = idx.nodes.iter().cloned().collect();
+    match plan.mode {
+        NetworkMode::Overlay => {
+            let transit = idx.transit(network);
+            let (spec, node_specs) = overlay_input(&plan, &transit, &nodes);
+            let names: BTreeSet<String> = node_specs.iter().map(|n| n.name.clone()).collect();
+            let (ports, skipped) = desired_ports(addresses.iter().map(|a| &**a), &names);
+            if !skipped.is_empty() {
+                tracing::debug!(network, ?skipped, "addresses without a port");
+            }
+            Ok(Some(Wanted {
+                ports,
+                nodes: names,
+                plan_subset: Box::new(move |p| Ok(plan_overlay(&spec, &node_specs, p)?)),
+            }))
+        }
+        NetworkMode::Underlay => {
+            let names: BTreeSet<String> = nodes.into_iter().collect();
+            let (ports, _) = desired_ports(addresses.iter().map(|a| &**a), &names);
+            let Some(spec) = underlay_input(&plan) else {
+                return Ok(None);
+            };
+            Ok(Some(Wanted {
+                ports,
+                nodes: names,
+                plan_subset: Box::new(move |p| Ok(plan_underlay(&spec, p)?)),
+            }))
+        }
+    }
+}
+
+/// Bring `network`'s OVN rows to what the index wants: only the new ports when nothing else
+/// changed since `known`, else a full read + diff + apply (one transaction either way).
+async fn sync(ctx: &Arc<Context>, network: &str, known: &mut Option<Known>) -> Result<()> {
+    let Some(w) = wanted(ctx, network)? else {
+        return Ok(());
+    };
+    let client = ctx.nb.client()?;
+    let started = std::time::Instant::now();
+    if let Some(k) = known.as_mut()
+        && k.nodes == w.nodes
+    {
+        match delta(&k.ports, &w.ports) {
+            Delta::Nothing => return Ok(()),
+            Delta::Add(new) => {
+                let subset = additions_only((w.plan_subset)(&new)?, &new);
+                // the parents exist (with the UUIDs we know), no child row is in `parents`:
+                // the diff inserts the new children and adds them to their parents, nothing else
+                let mut ops = diff(&k.parents, &subset, network);
+                ops.push(roam_network::ovsdb::ops::comment(&format!(
+                    "roam: {} new ports in network {network}",
+                    new.len()
+                )));
+                let report = apply(&client, ops).await?;
+                for p in new {
+                    k.ports.insert(p.name.clone(), p);
+                }
+                tracing::debug!(network, %report, took = ?started.elapsed(), "OVN ports added");
+                return Ok(());
+            }
+            Delta::Full => {}
+        }
+    }
+    let full = (w.plan_subset)(&w.ports)?;
+    check(&full, network)?;
+    let actual = read_actual(&client, network).await?;
+    let mut ops = diff(&actual, &full, network);
+    let inserted_parents = ops.iter().any(|op| {
+        op["op"] == "insert" && (op["table"] == "Logical_Switch" || op["table"] == "Logical_Router")
+    });
+    if !ops.is_empty() {
+        ops.push(roam_network::ovsdb::ops::comment(&format!(
+            "roam: reconcile network {network}"
+        )));
+        let report = apply(&client, ops).await?;
+        tracing::info!(network, %report, took = ?started.elapsed(), "OVN topology reconciled");
+    }
+    *known = (!inserted_parents).then(|| Known {
+        parents: ActualState {
+            switches: actual.switches,
+            routers: actual.routers,
+            ..Default::default()
+        },
+        ports: w.ports.into_iter().map(|p| (p.name.clone(), p)).collect(),
+        nodes: w.nodes,
+    });
+    Ok(())
+}
+
+/// Remove every OVN row of `network` (its Network object is gone).
+pub(super) async fn remove(ctx: &Arc<Context>, network: &str) {
+    if let Some(s) = ctx.ovn.lock().expect("ovn lock").remove(network)
+        && let Some(t) = s.task.lock().expect("task lock").take()
+    {
+        t.abort();
+    }
+    match ctx.nb.client() {
+        Ok(client) => {
+            if let Err(e) = reconcile(&client, network, &Topology::default()).await {
+                tracing::warn!(network, error = %e, "cannot remove the OVN rows of a deleted Network");
+            }
+        }
+        Err(e) => tracing::warn!(network, error = %e, "no OVN connection"),
+    }
+}
+
+/// Reconcile every Network now and then (drift repair; catches anything a missed request
+/// left behind).
+pub(super) async fn resync(ctx: Arc<Context>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let names: Vec<String> = ctx
+            .index
+            .lock()
+            .expect("index lock")
+            .networks
+            .keys()
+            .cloned()
+            .collect();
+        for n in names {
+            request(&ctx, &n);
+        }
+    }
+}
+
+/// The route controller: flip a moved Address's /32, then let the full reconcile converge.
+pub(super) async fn route_flips(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiver<Moved>) {
+    while let Some(m) = rx.recv().await {
+        let nodes = {
+            let idx = ctx.index.lock().expect("index lock");
+            match idx.networks.get(&m.network) {
+                Some(plan) if plan.mode == NetworkMode::Overlay => {
+                    let (_, specs) = overlay_input(
+                        plan,
+                        &idx.transit(&m.network),
+                        &[m.from.clone(), m.to.clone()],
+                    );
+                    let from = specs.iter().find(|n| n.name == m.from).cloned();
+                    let to = specs.iter().find(|n| n.name == m.to).cloned();
+                    from.zip(to)
+                }
+                _ => None,
+            }
+        };
+        if let (Some((from, to)), Ok(ip), Ok(client)) = (nodes, m.ip.parse(), ctx.nb.client()) {
+            let started = std::time::Instant::now();
+            match flip_route(&client, &m.network, ip, &from, &to).await {
+                Ok(r) => {
+                    tracing::info!(address = %m.address, from = %m.from, to = %m.to, result = ?r, took = ?started.elapsed(), "route flipped");
+                    ctx.metrics.count("route_flips", "moved");
+                }
+                // e.g. no route on the old host yet: the reconcile below programs it
+                Err(e) => {
+                    tracing::debug!(address = %m.address, error = %e, "no fast flip; the reconcile converges")
+                }
+            }
+        }
+        request(&ctx, &m.network);
+    }
+}

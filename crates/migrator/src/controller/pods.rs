@@ -1,0 +1,343 @@
+//! The pod (sdn) controller: a pod scheduled to a node (not host-network, not finished) gets,
+//! per interface, its owner's Address again or a claimed one (resourceVersion preconditions,
+//! decided again on conflict); then the Network's OVN ports are reconciled (batched, see
+//! [`super::ovn`]); then `roam.dev/addresses` is written on the pod for the CNI.
+//!
+//! Bad input (a malformed `roam.dev/interfaces`, no matching Network, a static IP outside the
+//! subnet or taken, an exhausted range) claims nothing for that pod: a Warning Event and the
+//! `roam.dev/error` annotation say why; other pods are unaffected.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Resource, ResourceExt};
+use roam_network::annotation::{ADDRESSES, addresses_annotation};
+use serde_json::json;
+
+use super::{Context, ERROR_ANNOTATION, NETWORK_LABEL, POD_ANNOTATION, ovn};
+use crate::api::Address;
+use crate::core::claim::{
+    Resolved, Step, claimed, decide, new_address_name, owner_key, pod_addresses, pool_address,
+    resolve,
+};
+use crate::error::{Error, Result};
+
+/// The owner key of a pod that holds addresses now: scheduled, not host-network, not
+/// finished. `None` for any other pod.
+pub fn live_owner(p: &Pod) -> Option<String> {
+    let spec = p.spec.as_ref()?;
+    spec.node_name.as_ref()?;
+    if spec.host_network == Some(true) {
+        return None;
+    }
+    if let Some(phase) = p.status.as_ref().and_then(|s| s.phase.as_deref())
+        && (phase == "Succeeded" || phase == "Failed")
+    {
+        return None;
+    }
+    Some(owner_key(
+        p.metadata.namespace.as_deref().unwrap_or_default(),
+        p.metadata.name.as_deref().unwrap_or_default(),
+        p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
+        p.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new()),
+    ))
+}
+
+pub(super) async fn run(ctx: Arc<Context>) {
+    let api: Api<Pod> = match &ctx.config.pod_namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let controller = Controller::new(api, watcher::Config::default())
+        .with_config(ControllerConfig::default().concurrency(ctx.config.concurrency));
+    *ctx.pods.lock().expect("pods lock") = Some(controller.store());
+    controller
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "pod reconcile");
+            }
+        })
+        .await;
+}
+
+fn error_policy(pod: Arc<Pod>, e: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(pod = %pod.name_any(), error = %e, "pod reconcile failed; retrying");
+    ctx.metrics.count("pod_errors", e.reason());
+    Action::requeue(Duration::from_secs(2))
+}
+
+fn pod_key(p: &Pod) -> String {
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or_default(),
+        p.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let Some(owner) = live_owner(&pod) else {
+        // not scheduled yet, host network, or finished (the sweep soft-deletes its address)
+        return Ok(Action::await_change());
+    };
+    if pod.metadata.deletion_timestamp.is_some() {
+        // still running while it terminates: its address stays until it is gone
+        return Ok(Action::await_change());
+    }
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    let key = pod_key(&pod);
+    ctx.wait_synced().await;
+    let plans = ctx.index.lock().expect("index lock").plans();
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    let resolved = match resolve(&key, &annotations, &plans) {
+        Ok(r) => r,
+        Err(e) => return report(&ctx, &pod, e).await,
+    };
+    let mut held: Vec<Arc<Address>> = Vec::new();
+    for r in &resolved {
+        match claim(&ctx, &key, &owner, &node, r).await {
+            Ok(a) => held.push(a),
+            Err(e) if e.is_bad_input() => return report(&ctx, &pod, e).await,
+            Err(e @ Error::HeldElsewhere { .. }) => {
+                tracing::debug!(pod = %key, reason = %e, "waiting for the owner's other pod");
+                return Ok(Action::requeue(Duration::from_millis(500)));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let refs: Vec<&Address> = held.iter().map(|a| &**a).collect();
+    let published = pod_addresses(&node, &resolved, &refs).map_err(|source| Error::Annotation {
+        pod: key.clone(),
+        source,
+    })?;
+    let json = addresses_annotation(&published).map_err(|source| Error::Annotation {
+        pod: key.clone(),
+        source,
+    })?;
+    if annotations.get(ADDRESSES) == Some(&json) && !annotations.contains_key(ERROR_ANNOTATION) {
+        return Ok(Action::await_change());
+    }
+    // the OVN ports exist before the CNI is told to plumb them
+    let networks: BTreeSet<&str> = resolved.iter().map(|r| r.network.name.as_str()).collect();
+    let tickets: Vec<(&str, u64)> = networks
+        .iter()
+        .map(|n| (*n, ovn::request(&ctx, n)))
+        .collect();
+    for (n, t) in tickets {
+        ovn::wait(&ctx, n, t).await?;
+    }
+    let api: Api<Pod> = Api::namespaced(
+        ctx.client.clone(),
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    let patch = json!({"metadata": {"annotations": {ADDRESSES: json, ERROR_ANNOTATION: null}}});
+    match api
+        .patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if Error::is_not_found(&e) => return Ok(Action::await_change()),
+        Err(e) => return Err(e.into()),
+    }
+    ctx.metrics.annotate_latency(started.elapsed());
+    let summary: Vec<String> = published
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {}/{} {} ({})",
+                p.name, p.ip, p.prefix_len, p.mac, p.address
+            )
+        })
+        .collect();
+    tracing::info!(pod = %key, %owner, %node, addresses = ?summary, took = ?started.elapsed(), "addresses published");
+    ctx.event(
+        pod.object_ref(&()),
+        false,
+        "AddressesAssigned",
+        "Claim",
+        format!("on {node}: {}", summary.join(", ")),
+    );
+    Ok(Action::await_change())
+}
+
+/// Report bad input on the pod: a Warning Event and `roam.dev/error` (written once per
+/// distinct message). Nothing was claimed.
+async fn report(ctx: &Arc<Context>, pod: &Pod, e: Error) -> Result<Action> {
+    let message = e.to_string();
+    tracing::warn!(pod = %pod_key(pod), error = %message, "pod refused");
+    ctx.metrics.count("pod_refused", e.reason());
+    let current = pod.annotations().get(ERROR_ANNOTATION);
+    if current != Some(&message) {
+        let api: Api<Pod> = Api::namespaced(
+            ctx.client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        let patch = json!({"metadata": {"annotations": {ERROR_ANNOTATION: message}}});
+        match api
+            .patch(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(k) if Error::is_not_found(&k) => return Ok(Action::await_change()),
+            Err(k) => return Err(k.into()),
+        }
+        ctx.event(pod.object_ref(&()), true, e.reason(), "Claim", message);
+    }
+    // the pool or a Network may change: look again later; a fixed annotation retriggers
+    Ok(match e {
+        Error::Exhausted { .. } | Error::NoNetwork { .. } | Error::Taken { .. } => {
+            Action::requeue(Duration::from_secs(10))
+        }
+        _ => Action::await_change(),
+    })
+}
+
+/// The other live pod of `owner` that holds `a` on another node (a migration's source), if
+/// any: the address stays there until that pod is gone.
+fn holder_elsewhere(
+    ctx: &Context,
+    a: &Address,
+    pod: &str,
+    owner: &str,
+    node: &str,
+) -> Option<String> {
+    if a.spec.deleted || a.spec.host.as_deref() == Some(node) || !a.spec.reserved {
+        return None;
+    }
+    let holder = a.annotations().get(POD_ANNOTATION)?.clone();
+    if holder == pod {
+        return None;
+    }
+    let (ns, name) = holder.split_once('/')?;
+    let store = ctx.pod_store()?;
+    let p = store.get(&kube::runtime::reflector::ObjectRef::new(name).within(ns))?;
+    (live_owner(&p).as_deref() == Some(owner) && p.metadata.deletion_timestamp.is_none())
+        .then_some(holder)
+}
+
+/// Claim or reuse the Address of one interface.
+async fn claim(
+    ctx: &Arc<Context>,
+    pod: &str,
+    owner: &str,
+    node: &str,
+    r: &Resolved<'_>,
+) -> Result<Arc<Address>> {
+    let api: Api<Address> = Api::all(ctx.client.clone());
+    let mut skip: BTreeSet<Ipv4Addr> = BTreeSet::new();
+    for _ in 0..32 {
+        let started = Instant::now();
+        let (step, current) = {
+            let idx = ctx.index.lock().expect("index lock");
+            let addrs = idx.of_network(&r.network.name);
+            let refs: Vec<&Address> = addrs.iter().map(|a| &**a).collect();
+            let step = decide(pod, owner, node, r, &refs, &skip)?;
+            let current = match &step {
+                Step::Reuse { name } | Step::Claim { name } => idx.address(name),
+                Step::Create { .. } => None,
+            };
+            (step, current)
+        };
+        let mut obj = match (&step, current) {
+            (Step::Reuse { .. } | Step::Claim { .. }, Some(cur)) => {
+                if let Step::Reuse { name } = &step
+                    && let Some(holder) = holder_elsewhere(ctx, &cur, pod, owner, node)
+                {
+                    return Err(Error::HeldElsewhere {
+                        pod: pod.into(),
+                        address: name.clone(),
+                        holder,
+                        host: cur.spec.host.clone().unwrap_or_default(),
+                    });
+                }
+                let spec = claimed(&cur.spec, owner, node, r);
+                let recorded =
+                    cur.annotations().get(POD_ANNOTATION).map(String::as_str) == Some(pod);
+                if matches!(step, Step::Reuse { .. }) && spec == cur.spec && recorded {
+                    return Ok(cur);
+                }
+                let mut next = (*cur).clone();
+                next.spec = spec;
+                next
+            }
+            (Step::Create { ip, mac }, _) => {
+                let mut a = Address::new(
+                    &new_address_name(r.network, *ip),
+                    claimed(&pool_address(r.network, *ip, *mac, node), owner, node, r),
+                );
+                a.metadata.labels =
+                    Some([(NETWORK_LABEL.to_string(), r.network.name.clone())].into());
+                a
+            }
+            _ => continue,
+        };
+        obj.annotations_mut()
+            .insert(POD_ANNOTATION.into(), pod.into());
+        let name = obj.metadata.name.clone().unwrap_or_default();
+        let ip: Option<Ipv4Addr> = obj.spec.ip.parse().ok();
+        let result = match step {
+            Step::Create { .. } => api.create(&PostParams::default(), &obj).await,
+            _ => api.replace(&name, &PostParams::default(), &obj).await,
+        };
+        match result {
+            Ok(written) => {
+                ctx.metrics.claim_latency(started.elapsed());
+                let kind = match step {
+                    Step::Reuse { .. } => "reuse",
+                    Step::Claim { .. } => "pool",
+                    Step::Create { .. } => "create",
+                };
+                ctx.metrics.count("claims", kind);
+                if kind == "create" {
+                    // the node's pool ran dry: refill it now, not at the next period
+                    ctx.pool_kick.notify_one();
+                }
+                ctx.upsert(written.clone());
+                return Ok(Arc::new(written));
+            }
+            Err(e) if Error::is_conflict(&e) => {
+                // someone was first: look at the object again and decide again
+                if !matches!(step, Step::Reuse { .. })
+                    && let Some(ip) = ip
+                {
+                    skip.insert(ip);
+                }
+                match api.get_opt(&name).await? {
+                    Some(fresh) => {
+                        ctx.upsert(fresh);
+                    }
+                    None => {
+                        ctx.index.lock().expect("index lock").remove(&name, None);
+                    }
+                }
+            }
+            Err(e) if Error::is_not_found(&e) => {
+                ctx.index.lock().expect("index lock").remove(&name, None);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::Conflict(format!(
+        "{pod}: 32 claims in a row lost their race"
+    )))
+}

@@ -1,0 +1,451 @@
+//! A pod → its owner key and interface requests → per interface, which Address it gets
+//! (reuse by owner, a pool claim, or a new Address for a static IP or an empty pool); the
+//! claimed Address's new spec; and the `roam.dev/addresses` the CNI reads.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+use std::str::FromStr;
+use std::time::SystemTime;
+
+use roam_dhcp_opts::MacAddr;
+use roam_network::annotation::{INTERFACES, InterfaceRequest, Mode, PodAddress, parse_interfaces};
+use roam_network::pool::mac_for_ip;
+use roam_network::topology::workload_port;
+
+use super::network::NetworkPlan;
+use crate::api::{Address, AddressSpec, AddressVlan, NetworkMode, address_name};
+use crate::error::{Error, Result};
+
+/// The label (or annotation) of a VM launcher pod naming its VirtualMachine, `namespace/name`.
+pub const VM_LABEL: &str = "roam.dev/vm";
+
+/// Who holds a pod's addresses: the VirtualMachine (`namespace/name`, from [`VM_LABEL`] as a
+/// label or an annotation) for a VM launcher pod — both launcher pods of a migration share
+/// it — else `namespace-name` of the pod (seed 000).
+pub fn owner_key(
+    namespace: &str,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> String {
+    match labels.get(VM_LABEL).or_else(|| annotations.get(VM_LABEL)) {
+        Some(vm) if !vm.is_empty() => {
+            if vm.contains('/') {
+                vm.clone()
+            } else {
+                format!("{namespace}/{vm}")
+            }
+        }
+        _ => format!("{namespace}-{name}"),
+    }
+}
+
+/// One interface's request with the Network it draws from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved<'a> {
+    /// The request.
+    pub request: InterfaceRequest,
+    /// Its Network.
+    pub network: &'a NetworkPlan,
+}
+
+/// Parse a pod's `roam.dev/interfaces` (absent: one overlay `eth0`) and find each
+/// interface's Network among the valid ones: the named one, else for the overlay the only
+/// overlay Network, for the underlay the Network of the VLAN tag.
+pub fn resolve<'a>(
+    pod: &str,
+    annotations: &BTreeMap<String, String>,
+    networks: &'a [NetworkPlan],
+) -> Result<Vec<Resolved<'a>>> {
+    let requests = match annotations.get(INTERFACES) {
+        Some(json) => parse_interfaces(json).map_err(|source| Error::Annotation {
+            pod: pod.into(),
+            source,
+        })?,
+        None => vec![InterfaceRequest::default_overlay()],
+    };
+    requests
+        .into_iter()
+        .map(|request| {
+            let iface = request.interface.name.clone();
+            let none = |problem: String| Error::NoNetwork {
+                pod: pod.into(),
+                interface: iface.clone(),
+                problem,
+            };
+            let want_mode = match request.mode {
+                Mode::Overlay => NetworkMode::Overlay,
+                Mode::Underlay => NetworkMode::Underlay,
+            };
+            let network = if let Some(name) = &request.network {
+                let n = networks.iter().find(|n| &n.name == name).ok_or_else(|| {
+                    none(format!(
+                        "no usable Network {name:?} (missing or invalid: see its status)"
+                    ))
+                })?;
+                if n.mode != want_mode {
+                    return Err(none(format!(
+                        "Network {name} is {:?}, the interface asks for {}",
+                        n.mode, request.mode
+                    )));
+                }
+                if let (Some(v), Some(tag)) = (&request.vlan, n.vlan)
+                    && v.tag != tag
+                {
+                    return Err(none(format!(
+                        "Network {name} is VLAN {tag}, the interface asks for VLAN {}",
+                        v.tag
+                    )));
+                }
+                n
+            } else {
+                let candidates: Vec<&NetworkPlan> = networks
+                    .iter()
+                    .filter(|n| n.mode == want_mode)
+                    .filter(|n| match (request.mode, &request.vlan) {
+                        (Mode::Underlay, Some(v)) => n.vlan == Some(v.tag),
+                        _ => true,
+                    })
+                    .collect();
+                match candidates.as_slice() {
+                    [one] => *one,
+                    [] => {
+                        return Err(none(match &request.vlan {
+                            Some(v) if request.mode == Mode::Underlay => {
+                                format!("no usable underlay Network has VLAN {}", v.tag)
+                            }
+                            _ => format!("no usable {} Network exists", request.mode),
+                        }));
+                    }
+                    many => {
+                        return Err(none(format!(
+                            "{} {} Networks match ({}); name one with \"network\"",
+                            many.len(),
+                            request.mode,
+                            many.iter()
+                                .map(|n| n.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )));
+                    }
+                }
+            };
+            Ok(Resolved { request, network })
+        })
+        .collect()
+}
+
+/// What an interface gets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Its owner's Address again (a restart or a migration): host → this node, deleted
+    /// cleared; same IP and MAC.
+    Reuse {
+        /// The Address.
+        name: String,
+    },
+    /// An unreserved Address of the pool (claimed with its resourceVersion as precondition).
+    Claim {
+        /// The Address.
+        name: String,
+    },
+    /// A new, already reserved Address (a static IP, or the node's pool is empty): its
+    /// creation is the lock on the IP (409: the IP was taken meanwhile, decide again).
+    Create {
+        /// The IP.
+        ip: Ipv4Addr,
+        /// The MAC.
+        mac: MacAddr,
+    },
+}
+
+/// Whether Address `a` belongs to `owner`'s interface `iface`. Addresses written before
+/// interfaces were recorded count as `eth0`'s.
+pub fn held_by(a: &AddressSpec, owner: &str, iface: &str) -> bool {
+    a.owner.as_deref() == Some(owner) && a.interface.as_deref().unwrap_or("eth0") == iface
+}
+
+fn is_free(a: &AddressSpec) -> bool {
+    !a.reserved && !a.deleted && a.owner.is_none()
+}
+
+/// Decide the Address for one interface of `owner` on `node`. `addresses` are the Network's
+/// Addresses; `skip` the IPs that just lost a race (try others).
+pub fn decide(
+    pod: &str,
+    owner: &str,
+    node: &str,
+    r: &Resolved<'_>,
+    addresses: &[&Address],
+    skip: &BTreeSet<Ipv4Addr>,
+) -> Result<Step> {
+    let net = r.network;
+    let iface = r.request.interface.name.as_str();
+    let ip_of = |a: &Address| a.spec.ip.parse::<Ipv4Addr>().ok();
+    let name_of = |a: &Address| a.metadata.name.clone().unwrap_or_default();
+    let requested_mac = r
+        .request
+        .requested_mac()
+        .map_err(|source| Error::Annotation {
+            pod: pod.into(),
+            source,
+        })?;
+    if let Some(mac) = requested_mac {
+        let text = mac.to_string();
+        if let Some(other) = addresses
+            .iter()
+            .find(|a| a.spec.mac.eq_ignore_ascii_case(&text) && !held_by(&a.spec, owner, iface))
+        {
+            return Err(Error::Taken {
+                pod: pod.into(),
+                interface: iface.into(),
+                what: format!("MAC {mac}"),
+                holder: other.spec.owner.clone().unwrap_or_else(|| name_of(other)),
+                network: net.name.clone(),
+            });
+        }
+    }
+    // two racing controllers may both have claimed for this interface: every decision takes
+    // the lowest IP, so they agree (the sweep hands the others back)
+    let mine = addresses
+        .iter()
+        .filter(|a| held_by(&a.spec, owner, iface))
+        .min_by_key(|a| ip_of(a));
+    if let Some(static_ip) = r.request.interface.ip {
+        if !net.range.allows(static_ip) {
+            return Err(Error::StaticIpOutsideSubnet {
+                pod: pod.into(),
+                interface: iface.into(),
+                ip: static_ip,
+                network: net.name.clone(),
+                subnet: net.subnet().to_string(),
+            });
+        }
+        if let Some(mask) = r.request.interface.mask
+            && net.mode == NetworkMode::Underlay
+            && roam_network::annotation::prefix_of_mask(iface, mask).ok()
+                != Some(net.subnet().prefix_len())
+        {
+            return Err(Error::StaticIpOutsideSubnet {
+                pod: pod.into(),
+                interface: iface.into(),
+                ip: static_ip,
+                network: net.name.clone(),
+                subnet: format!("{} (the mask {mask} does not match)", net.subnet()),
+            });
+        }
+        return match addresses.iter().find(|a| ip_of(a) == Some(static_ip)) {
+            Some(a) if held_by(&a.spec, owner, iface) => Ok(Step::Reuse { name: name_of(a) }),
+            Some(a) if is_free(&a.spec) && !skip.contains(&static_ip) => {
+                Ok(Step::Claim { name: name_of(a) })
+            }
+            Some(a) => Err(Error::Taken {
+                pod: pod.into(),
+                interface: iface.into(),
+                what: format!("IP {static_ip}"),
+                holder: a.spec.owner.clone().unwrap_or_else(|| name_of(a)),
+                network: net.name.clone(),
+            }),
+            None if skip.contains(&static_ip) => Err(Error::Taken {
+                pod: pod.into(),
+                interface: iface.into(),
+                what: format!("IP {static_ip}"),
+                holder: "another claim".into(),
+                network: net.name.clone(),
+            }),
+            None => Ok(Step::Create {
+                ip: static_ip,
+                mac: requested_mac.unwrap_or_else(|| mac_for_ip(static_ip)),
+            }),
+        };
+    }
+    if let Some(a) = mine {
+        return Ok(Step::Reuse { name: name_of(a) });
+    }
+    // the lowest free one on this node that did not just lose a race
+    if let Some(a) = addresses
+        .iter()
+        .filter(|a| is_free(&a.spec) && a.spec.host.as_deref() == Some(node))
+        .filter(|a| ip_of(a).is_some_and(|ip| !skip.contains(&ip)))
+        .min_by_key(|a| ip_of(a))
+    {
+        return Ok(Step::Claim { name: name_of(a) });
+    }
+    let used: BTreeSet<Ipv4Addr> = addresses
+        .iter()
+        .filter_map(|a| ip_of(a))
+        .chain(skip.iter().copied())
+        .collect();
+    match net.range.free(&used, 1).first() {
+        Some(&ip) => Ok(Step::Create {
+            ip,
+            mac: requested_mac.unwrap_or_else(|| mac_for_ip(ip)),
+        }),
+        None => Err(Error::Exhausted {
+            network: net.name.clone(),
+            node: node.into(),
+        }),
+    }
+}
+
+/// The spec of a new, unreserved pool Address of `net` on `node`.
+pub fn pool_address(net: &NetworkPlan, ip: Ipv4Addr, mac: MacAddr, node: &str) -> AddressSpec {
+    AddressSpec {
+        network: net.name.clone(),
+        ip: ip.to_string(),
+        mac: mac.to_string(),
+        gateway: None,
+        owner: None,
+        host: Some(node.into()),
+        reserved: false,
+        deleted: false,
+        deletion_time: None,
+        vlan: net.vlan.map(|tag| AddressVlan {
+            tag,
+            local_subnet: net.subnet().to_string(),
+        }),
+        interface: None,
+        dhcp: false,
+        service_class: None,
+    }
+}
+
+/// `spec` as held by `owner`'s interface on `node`: reserved, host set, deleted cleared,
+/// the interface's DHCP choice, service class and requested MAC recorded.
+pub fn claimed(spec: &AddressSpec, owner: &str, node: &str, r: &Resolved<'_>) -> AddressSpec {
+    let f = &r.request.interface;
+    let mut s = spec.clone();
+    s.owner = Some(owner.into());
+    s.interface = Some(f.name.clone());
+    s.host = Some(node.into());
+    s.reserved = true;
+    s.deleted = false;
+    s.deletion_time = None;
+    // VMs take their address by DHCP; an underlay interface may ask for it
+    s.dhcp = f.dhcp;
+    s.service_class = f.service_class.clone();
+    if let Ok(Some(mac)) = r.request.requested_mac() {
+        s.mac = mac.to_string();
+    }
+    s
+}
+
+/// `spec` soft-deleted at `now`: its workload went away; kept for the owner until the grace
+/// period ends.
+pub fn soft_deleted(
+    spec: &AddressSpec,
+    now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) -> AddressSpec {
+    let mut s = spec.clone();
+    s.deleted = true;
+    s.deletion_time = Some(now);
+    s
+}
+
+/// Whether `spec` is an address in use that should have an OVN port.
+pub fn is_live(spec: &AddressSpec) -> bool {
+    spec.reserved && !spec.deleted && spec.host.is_some()
+}
+
+/// Deletion time as a `SystemTime`.
+pub fn deletion_time(spec: &AddressSpec) -> Option<SystemTime> {
+    spec.deletion_time.as_ref().map(|t| SystemTime::from(t.0))
+}
+
+/// What the pod's `roam.dev/addresses` says: per requested interface, its Address.
+pub fn pod_addresses(
+    node: &str,
+    resolved: &[Resolved<'_>],
+    held: &[&Address],
+) -> Result<Vec<PodAddress>, roam_network::annotation::AnnotationError> {
+    let mut out = Vec::new();
+    for r in resolved {
+        let Some(a) = held.iter().find(|a| {
+            a.spec.network == r.network.name
+                && a.spec.interface.as_deref().unwrap_or("eth0") == r.request.interface.name
+        }) else {
+            continue;
+        };
+        let name = a.metadata.name.clone().unwrap_or_default();
+        let ip: Ipv4Addr = a.spec.ip.parse().unwrap_or(Ipv4Addr::UNSPECIFIED);
+        out.push(PodAddress {
+            name: r.request.interface.name.clone(),
+            network: r.network.name.clone(),
+            mode: r.request.mode,
+            address: name.clone(),
+            port: workload_port(&name, node),
+            ip,
+            prefix_len: r.network.prefix_len(),
+            mac: a.spec.mac.clone(),
+            gateway: r.network.gateway(),
+            metric: r.request.interface.metric,
+            mtu: r.network.mtu,
+            dhcp: a.spec.dhcp,
+            vlan: r.network.vlan,
+            service_class: a.spec.service_class.clone(),
+        });
+    }
+    let json = roam_network::annotation::addresses_annotation(&out)?;
+    roam_network::annotation::parse_addresses(&json)
+}
+
+/// The OVN ports a Network should have: one per live Address whose host is a known node.
+/// An Address with an unparsable IP, MAC or service class is skipped (it never came from
+/// this controller) and reported in the second list.
+pub fn desired_ports<'a>(
+    addresses: impl IntoIterator<Item = &'a Address>,
+    nodes: &BTreeSet<String>,
+) -> (Vec<roam_network::topology::PortSpec>, Vec<String>) {
+    let mut ports = Vec::new();
+    let mut skipped = Vec::new();
+    for a in addresses {
+        if !is_live(&a.spec) {
+            continue;
+        }
+        let name = a.metadata.name.clone().unwrap_or_default();
+        let host = a.spec.host.clone().unwrap_or_default();
+        let (Ok(ip), Ok(mac)) = (
+            a.spec.ip.parse::<Ipv4Addr>(),
+            MacAddr::from_str(&a.spec.mac),
+        ) else {
+            skipped.push(format!("{name}: unparsable IP or MAC"));
+            continue;
+        };
+        let marking = match a
+            .spec
+            .service_class
+            .as_deref()
+            .map(roam_network::qos::Marking::from_str)
+        {
+            None => None,
+            Some(Ok(m)) => Some(m),
+            Some(Err(e)) => {
+                skipped.push(format!("{name}: {e}"));
+                continue;
+            }
+        };
+        if !nodes.contains(&host) {
+            skipped.push(format!("{name}: host {host} is not a node of the network"));
+            continue;
+        }
+        ports.push(roam_network::topology::PortSpec {
+            name,
+            mac,
+            ip,
+            node: host,
+            also_on: vec![],
+            dhcp: a.spec.dhcp,
+            marking,
+        });
+    }
+    ports.sort_by(|a, b| a.name.cmp(&b.name));
+    (ports, skipped)
+}
+
+/// The object name of a new Address for `ip` in `net`.
+pub fn new_address_name(net: &NetworkPlan, ip: Ipv4Addr) -> String {
+    address_name(&net.name, ip)
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

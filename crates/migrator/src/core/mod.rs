@@ -1,0 +1,16 @@
+//! The address control plane's decisions, pure: no Kubernetes or OVN I/O, only plain data
+//! in and decisions out (unit and property tested). The controllers in
+//! [`crate::controller`] feed them what the API server holds and carry out what they decide.
+//!
+//! - [`network`]: a Network spec → a validated plan; overlapping Networks; the nodes'
+//!   transit addresses; the OVN planner's input.
+//! - [`claim`]: a pod → owner key + interface requests → the Address per interface; the
+//!   claimed Address; `roam.dev/addresses`; the OVN ports of a Network's Addresses.
+//! - [`ovn`]: whether a batch of ports is an addition (one small transaction) or a full
+//!   reconcile, and the topology of just the additions.
+//! - [`pool`]: the warm pool, reclaim after the grace, orphaned and doubly claimed Addresses.
+
+pub mod claim;
+pub mod network;
+pub mod ovn;
+pub mod pool;

@@ -1,0 +1,196 @@
+//! The one error type of `roam-migrator`.
+
+use std::net::Ipv4Addr;
+
+use roam_network::annotation::AnnotationError;
+use roam_network::topology::PlanError;
+
+/// Result with [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong in the address control plane.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Network's spec cannot be used (bad subnet, gateway, VLAN tag, excluded range, …).
+    #[error("network {network}: {field} {value:?} is invalid: {problem}")]
+    InvalidNetwork {
+        /// The Network.
+        network: String,
+        /// The spec field, e.g. `vlan`.
+        field: &'static str,
+        /// The value given.
+        value: String,
+        /// What is allowed.
+        problem: String,
+    },
+    /// Two Networks' ranges overlap; the younger one is refused.
+    #[error(
+        "network {network}: subnet {subnet} overlaps {other_subnet} of the older network {other}; \
+         give every Network its own range"
+    )]
+    OverlappingNetworks {
+        /// The refused Network.
+        network: String,
+        /// Its subnet.
+        subnet: String,
+        /// The Network it overlaps.
+        other: String,
+        /// That Network's subnet.
+        other_subnet: String,
+    },
+    /// The transit network has no address left for another node.
+    #[error(
+        "network {network}: transit network {subnet} has no address left for node {node}; \
+         use a larger transitSubnet"
+    )]
+    TransitExhausted {
+        /// The Network.
+        network: String,
+        /// The transit subnet.
+        subnet: String,
+        /// The node that got none.
+        node: String,
+    },
+    /// A pod's `roam.dev/interfaces` annotation is invalid.
+    #[error("pod {pod}: {source}")]
+    Annotation {
+        /// `namespace/name`.
+        pod: String,
+        /// What is wrong.
+        source: AnnotationError,
+    },
+    /// No usable Network matches an interface's request.
+    #[error("pod {pod}, interface {interface}: {problem}")]
+    NoNetwork {
+        /// `namespace/name`.
+        pod: String,
+        /// The interface.
+        interface: String,
+        /// Which Network was looked for and why none fits.
+        problem: String,
+    },
+    /// A static IP outside its Network's range (or its gateway, or excluded).
+    #[error(
+        "pod {pod}, interface {interface}: static IP {ip} is not an assignable address of \
+         network {network} ({subnet}, gateway and excluded ranges are not assignable)"
+    )]
+    StaticIpOutsideSubnet {
+        /// `namespace/name`.
+        pod: String,
+        /// The interface.
+        interface: String,
+        /// The IP asked for.
+        ip: Ipv4Addr,
+        /// The Network.
+        network: String,
+        /// Its subnet.
+        subnet: String,
+    },
+    /// A static IP (or MAC) already held by another owner.
+    #[error(
+        "pod {pod}, interface {interface}: {what} is already held by {holder} in network \
+         {network}; choose another or release it"
+    )]
+    Taken {
+        /// `namespace/name`.
+        pod: String,
+        /// The interface.
+        interface: String,
+        /// `IP a.b.c.d` or `MAC …`.
+        what: String,
+        /// Its holder (owner key or Address name).
+        holder: String,
+        /// The Network.
+        network: String,
+    },
+    /// No free address is left in the Network's range.
+    #[error(
+        "network {network}: no free address left for node {node} (the range is exhausted); \
+         widen the subnet, shrink excluded ranges or the pool size, or free addresses"
+    )]
+    Exhausted {
+        /// The Network.
+        network: String,
+        /// The node.
+        node: String,
+    },
+    /// The OVN plan of a Network is invalid.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// OVN's northbound database failed.
+    #[error("OVN: {0}")]
+    Ovn(#[from] roam_network::Error),
+    /// The Kubernetes API failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The owner's address is still used by another live pod of the owner on another node
+    /// (a migration's source): it moves when that pod is gone (or at switchover).
+    #[error(
+        "pod {pod}: its owner's address {address} is still in use by {holder} on {host}; waiting"
+    )]
+    HeldElsewhere {
+        /// `namespace/name`.
+        pod: String,
+        /// The Address.
+        address: String,
+        /// The pod using it.
+        holder: String,
+        /// Where.
+        host: String,
+    },
+    /// A controller task ended (a bug: they run forever).
+    #[error("a controller stopped unexpectedly: {0}")]
+    Stopped(String),
+    /// Another writer changed the object first (resourceVersion precondition, or the name
+    /// lock on an IP): decide again on fresh data.
+    #[error("conflict on {0}: another writer was first; retrying on fresh data")]
+    Conflict(String),
+}
+
+impl Error {
+    /// A short PascalCase reason for Events, conditions and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::InvalidNetwork { .. } => "InvalidNetwork",
+            Error::OverlappingNetworks { .. } => "OverlappingNetworks",
+            Error::TransitExhausted { .. } => "TransitExhausted",
+            Error::Annotation { .. } => "InvalidInterfaces",
+            Error::NoNetwork { .. } => "NoNetwork",
+            Error::StaticIpOutsideSubnet { .. } => "StaticIpOutsideSubnet",
+            Error::Taken { .. } => "AddressTaken",
+            Error::Exhausted { .. } => "PoolExhausted",
+            Error::Plan(_) => "InvalidTopology",
+            Error::Ovn(_) => "OvnError",
+            Error::Kube(_) => "KubernetesApiError",
+            Error::Conflict(_) => "Conflict",
+            Error::Stopped(_) => "Stopped",
+            Error::HeldElsewhere { .. } => "HeldElsewhere",
+        }
+    }
+
+    /// Whether the input is at fault (report it and claim nothing until it changes) rather
+    /// than the environment (retry with backoff).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidNetwork { .. }
+                | Error::OverlappingNetworks { .. }
+                | Error::Annotation { .. }
+                | Error::NoNetwork { .. }
+                | Error::StaticIpOutsideSubnet { .. }
+                | Error::Taken { .. }
+                | Error::Exhausted { .. }
+                | Error::Plan(_)
+        )
+    }
+
+    /// Whether a Kubernetes error is a 409 (AlreadyExists or a resourceVersion conflict).
+    pub fn is_conflict(e: &kube::Error) -> bool {
+        matches!(e, kube::Error::Api(s) if s.code == 409)
+    }
+
+    /// Whether a Kubernetes error is a 404.
+    pub fn is_not_found(e: &kube::Error) -> bool {
+        matches!(e, kube::Error::Api(s) if s.code == 404)
+    }
+}

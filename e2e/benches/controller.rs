@@ -1,0 +1,345 @@
+//! Benchmark of roam-controller on the lab's real API server and OVN (needs `e2e/lab up`):
+//! `cargo bench -p roam-e2e --bench controller`.
+//!
+//! 1. 1000 pods (`ROAM_BENCH_PODS`) created at once, bound to two fake nodes (Node objects
+//!    without a kubelet: nothing runs them, the controller still claims, programs OVN and
+//!    annotates): time until all are annotated → pods/s; per pod, from its create request to
+//!    its `roam.dev/addresses` seen by a watch → p50/p99 (targets ≥ 30 pods/s, p99 ≤ 200 ms).
+//! 2. The controller's RSS (from /proc) once it also holds 10 000 more Addresses
+//!    (`ROAM_BENCH_ADDRESSES`) (target ≤ 150 MB).
+//!
+//! The controller binary is the debug build unless `ROAM_CONTROLLER_BIN` names another.
+//! Figures are printed; nothing is asserted (the machine is shared and noisy).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use roam_e2e::{ControllerProcess, Lab, LabNetwork};
+use roam_migrator::api::{Address, AddressSpec, Network};
+use serde_json::json;
+
+const NS: &str = "h5-bench";
+const NET: &str = "h5-bench";
+const RSS_NET: &str = "h5-bench-rss";
+const NODES: [&str; 2] = ["h5-bench-1", "h5-bench-2"];
+
+fn env_usize(k: &str, d: usize) -> usize {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+async fn cleanup(client: &kube::Client) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let force = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    let _ = pods.delete_collection(&force, &ListParams::default()).await;
+    let nss: Api<Namespace> = Api::all(client.clone());
+    let _ = nss.delete(NS, &DeleteParams::default()).await;
+    let nets: Api<Network> = Api::all(client.clone());
+    let addrs: Api<Address> = Api::all(client.clone());
+    for n in [NET, RSS_NET] {
+        let _ = nets.delete(n, &DeleteParams::default()).await;
+        let _ = addrs
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels(&format!("roam.dev/network={n}")),
+            )
+            .await;
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    for n in NODES {
+        let _ = nodes.delete(n, &DeleteParams::default()).await;
+    }
+    // wait for the namespace to go, so a next run can create it again
+    for _ in 0..600 {
+        if nss.get_opt(NS).await.ok().flatten().is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn main() {
+    let lab = Lab::get();
+    let n_pods = env_usize("ROAM_BENCH_PODS", 1000);
+    let n_addrs = env_usize("ROAM_BENCH_ADDRESSES", 10_000);
+    let rt = tokio::runtime::Runtime::new().expect("tokio");
+    let client = rt.block_on(lab.kube_client());
+    rt.block_on(cleanup(&client));
+    let _ovn = (
+        LabNetwork::new(&lab, NET, &[]),
+        LabNetwork::new(&lab, RSS_NET, &[]),
+    );
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds");
+    roam_e2e::run(
+        lab.kubectl(),
+        &[
+            "--kubeconfig",
+            lab.kubeconfig(),
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            dir,
+        ],
+    );
+    rt.block_on(async {
+        let nss: Api<Namespace> = Api::all(client.clone());
+        nss.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
+        )
+        .await
+        .expect("namespace");
+        let nodes: Api<Node> = Api::all(client.clone());
+        for n in NODES {
+            let node: Node = serde_json::from_value(
+                json!({"metadata": {"name": n, "labels": {"roam.dev/test": "h5-fake"}}}),
+            )
+            .unwrap();
+            nodes
+                .create(&PostParams::default(), &node)
+                .await
+                .expect("fake node");
+        }
+        let nets: Api<Network> = Api::all(client.clone());
+        for (name, subnet, transit, pool) in [
+            (NET, "100.142.0.0/16", "169.254.142.0/24", 10),
+            (RSS_NET, "100.143.0.0/16", "169.254.143.0/24", 0),
+        ] {
+            let net: Network = serde_json::from_value(json!({
+                "apiVersion": "roam.dev/v1alpha1", "kind": "Network",
+                "metadata": {"name": name, "labels": {"roam.dev/test": "h5-bench"}},
+                "spec": {"subnet": subnet, "transitSubnet": transit, "poolSizePerNode": pool}
+            }))
+            .unwrap();
+            nets.create(&PostParams::default(), &net)
+                .await
+                .expect("network");
+        }
+    });
+    let ctl = ControllerProcess::start(
+        &lab,
+        "h5-bench-ctl",
+        18040,
+        &[
+            "--leader-elect",
+            "false",
+            "--network-selector",
+            "roam.dev/test=h5-bench",
+            "--pod-namespace",
+            NS,
+            "--node-selector",
+            "roam.dev/test=h5-fake",
+        ],
+    );
+    let result = rt.block_on(bench(&client, &ctl, n_pods, n_addrs));
+    let rss_idle = ctl.rss_kib();
+    drop(ctl);
+    rt.block_on(cleanup(&client));
+    match result {
+        Ok(()) => println!(
+            "controller RSS at the end: {} MiB",
+            rss_idle.unwrap_or(0) / 1024
+        ),
+        Err(e) => panic!("benchmark failed: {e}"),
+    }
+}
+
+async fn bench(
+    client: &kube::Client,
+    ctl: &ControllerProcess,
+    n_pods: usize,
+    n_addrs: usize,
+) -> anyhow::Result<()> {
+    let addrs: Api<Address> = Api::all(client.clone());
+    // the warm pools are there
+    let t = Instant::now();
+    loop {
+        let l = addrs
+            .list(&ListParams::default().labels(&format!("roam.dev/network={NET}")))
+            .await?;
+        if l.items.len() >= 2 * 10 {
+            break;
+        }
+        anyhow::ensure!(
+            t.elapsed() < Duration::from_secs(120),
+            "pools not filled: {}",
+            ctl.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("warm pools (2 nodes × 10) ready in {:?}", t.elapsed());
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let sent: Arc<Mutex<HashMap<String, Instant>>> = Default::default();
+    let seen: Arc<Mutex<HashMap<String, Instant>>> = Default::default();
+    let watch = {
+        let seen = seen.clone();
+        let pods = pods.clone();
+        tokio::spawn(async move {
+            let mut s = watcher(pods, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Ok(Some(p)) = s.try_next().await {
+                let annotated = p
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key("roam.dev/addresses"));
+                if annotated && let Some(n) = p.metadata.name {
+                    seen.lock().unwrap().entry(n).or_insert_with(Instant::now);
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let start = Instant::now();
+    let creates = futures::stream::iter((0..n_pods).map(|i| {
+        let pods = pods.clone();
+        let sent = sent.clone();
+        async move {
+            let name = format!("b{i:05}");
+            let p: Pod = serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {"nodeName": NODES[i % 2], "terminationGracePeriodSeconds": 0,
+                         "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.2"}]}
+            }))
+            .unwrap();
+            sent.lock().unwrap().insert(name, Instant::now());
+            pods.create(&PostParams::default(), &p).await.map(|_| ())
+        }
+    }))
+    .buffer_unordered(64)
+    .collect::<Vec<_>>()
+    .await;
+    let created_in = start.elapsed();
+    let failed = creates.iter().filter(|r| r.is_err()).count();
+    anyhow::ensure!(
+        failed == 0,
+        "{failed} pod creates failed: {:?}",
+        creates.iter().find(|r| r.is_err())
+    );
+    println!("{n_pods} pods created in {created_in:?}");
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        let n = seen.lock().unwrap().len();
+        if n >= n_pods {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {n} of {n_pods} pods annotated after 900 s:\n{}",
+            ctl.log_tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    watch.abort();
+    let (sent, seen) = (sent.lock().unwrap().clone(), seen.lock().unwrap().clone());
+    let last = seen.values().max().copied().unwrap();
+    let total = last - start;
+    let mut lat: Vec<Duration> = sent
+        .iter()
+        .filter_map(|(n, t0)| Some(*seen.get(n)? - *t0))
+        .collect();
+    lat.sort();
+    println!(
+        "all {n_pods} annotated {total:?} after the first create: {:.1} pods/s (target ≥ 30)",
+        n_pods as f64 / total.as_secs_f64()
+    );
+    println!(
+        "create → roam.dev/addresses: p50 {:?}, p90 {:?}, p99 {:?}, max {:?} (target p99 ≤ 200 ms)",
+        pct(&lat, 0.5),
+        pct(&lat, 0.9),
+        pct(&lat, 0.99),
+        lat.last().copied().unwrap_or_default()
+    );
+    if let Some(m) = ctl.scrape() {
+        for l in m.lines().filter(|l| {
+            l.starts_with("roam_pod_address_duration_seconds")
+                || l.starts_with("roam_claim_duration_seconds_sum")
+                || l.starts_with("roam_claim_duration_seconds_count")
+                || l.starts_with("roam_events_total")
+        }) {
+            println!("  {l}");
+        }
+    }
+    println!(
+        "controller RSS with {n_pods} pods: {} MiB",
+        ctl.rss_kib().unwrap_or(0) / 1024
+    );
+
+    // 10 000 more Addresses (unclaimed, on the fake nodes)
+    let t = Instant::now();
+    let made = futures::stream::iter((0..n_addrs).map(|i| {
+        let addrs = addrs.clone();
+        async move {
+            let ip = std::net::Ipv4Addr::from(
+                u32::from(std::net::Ipv4Addr::new(100, 143, 0, 10)) + i as u32,
+            );
+            let mut a = Address::new(
+                &roam_migrator::api::address_name(RSS_NET, ip),
+                AddressSpec {
+                    network: RSS_NET.into(),
+                    ip: ip.to_string(),
+                    mac: roam_network::pool::mac_for_ip(ip).to_string(),
+                    gateway: None,
+                    owner: None,
+                    host: Some(NODES[i % 2].into()),
+                    reserved: false,
+                    deleted: false,
+                    deletion_time: None,
+                    vlan: None,
+                    interface: None,
+                    dhcp: false,
+                    service_class: None,
+                },
+            );
+            a.metadata.labels =
+                Some([("roam.dev/network".to_string(), RSS_NET.to_string())].into());
+            addrs.create(&PostParams::default(), &a).await.map(|_| ())
+        }
+    }))
+    .buffer_unordered(64)
+    .collect::<Vec<_>>()
+    .await;
+    let failed = made.iter().filter(|r| r.is_err()).count();
+    anyhow::ensure!(failed == 0, "{failed} address creates failed");
+    println!("{n_addrs} Addresses created in {:?}", t.elapsed());
+    let want = format!("roam_addresses{{network=\"{RSS_NET}\",state=\"free\"}} {n_addrs}");
+    let t = Instant::now();
+    loop {
+        if ctl.scrape().is_some_and(|m| m.contains(&want)) {
+            break;
+        }
+        anyhow::ensure!(
+            t.elapsed() < Duration::from_secs(300),
+            "the controller did not index {n_addrs} Addresses"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    println!(
+        "controller RSS with {n_pods} pods and {} Addresses: {} MiB (target ≤ 150 MB)",
+        n_addrs + n_pods + 20,
+        ctl.rss_kib().unwrap_or(0) / 1024
+    );
+    Ok(())
+}

@@ -1,0 +1,1178 @@
+//! roam-controller on the lab's real kube-apiserver and OVN, run as a child process: the
+//! warm pool fills and refills; a pod gets an Address, its OVN port and `roam.dev/addresses`;
+//! a deleted pod's Address is soft-deleted and its port removed; the same owner on the other
+//! node gets the same IP and MAC back, its route follows, and traffic reaches it; a grace
+//! period that ran out reclaims; a controller killed mid-way and restarted loses nothing;
+//! leader election hands over; two controllers racing 1000 claims never hand out an IP twice;
+//! bad input is refused and reported, and nothing is claimed for it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use roam_e2e::{
+    ControllerProcess, Lab, LabNetwork, TestNetns, nbctl, plug_netns, run, try_run, wait_until,
+};
+use serde_json::{Value, json};
+
+const LONG: Duration = Duration::from_secs(90);
+
+fn kubectl(lab: &Lab, args: &[&str]) -> String {
+    let mut all = vec!["--kubeconfig", lab.kubeconfig()];
+    all.extend_from_slice(args);
+    run(lab.kubectl(), &all)
+}
+
+fn try_kubectl(lab: &Lab, args: &[&str]) -> Result<String, String> {
+    let mut all = vec!["--kubeconfig", lab.kubeconfig()];
+    all.extend_from_slice(args);
+    try_run(lab.kubectl(), &all)
+}
+
+fn get_json(lab: &Lab, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["-o", "json"]);
+    serde_json::from_str(&kubectl(lab, &all)).expect("kubectl -o json")
+}
+
+/// `kubectl create` (or `apply`) of one or more objects.
+fn create(lab: &Lab, verb: &str, objects: &[Value]) {
+    let file = lab
+        .dir()
+        .join(format!("h5-{}-{}.json", std::process::id(), rand_suffix()));
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    std::fs::write(&file, list.to_string()).expect("write manifest");
+    let r = try_kubectl(lab, &[verb, "-f", file.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&file);
+    if let Err(e) = r {
+        panic!("kubectl {verb} failed: {e}");
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .elapsed()
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+fn install_crds(lab: &Lab) {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds");
+    kubectl(
+        lab,
+        &["apply", "--server-side", "--force-conflicts", "-f", dir],
+    );
+    for crd in ["networks.roam.dev", "addresses.roam.dev"] {
+        kubectl(
+            lab,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd",
+                crd,
+            ],
+        );
+    }
+}
+
+/// Everything a test creates in Kubernetes, removed when dropped (also after a failure):
+/// pods (forced: some sit on fake nodes without a kubelet), the namespace, the Networks, their
+/// Addresses, fake Nodes.
+struct KubeFixture {
+    lab: Lab,
+    namespace: String,
+    networks: Vec<String>,
+    fake_nodes: Vec<String>,
+}
+
+impl KubeFixture {
+    fn new(lab: &Lab, namespace: &str, networks: &[&str], fake_nodes: &[&str]) -> KubeFixture {
+        let f = KubeFixture {
+            lab: lab.clone(),
+            namespace: namespace.into(),
+            networks: networks.iter().map(|s| s.to_string()).collect(),
+            fake_nodes: fake_nodes.iter().map(|s| s.to_string()).collect(),
+        };
+        f.clean();
+        install_crds(lab);
+        kubectl(lab, &["create", "namespace", namespace]);
+        for n in fake_nodes {
+            // a Node object only (no kubelet): pods bound to it are never run
+            create(
+                lab,
+                "create",
+                &[
+                    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"roam.dev/test": "h5-fake"}}}),
+                ],
+            );
+        }
+        f
+    }
+
+    fn clean(&self) {
+        let lab = &self.lab;
+        let ns = self.namespace.as_str();
+        if try_kubectl(lab, &["get", "namespace", ns]).is_ok() {
+            let _ = try_kubectl(
+                lab,
+                &[
+                    "-n",
+                    ns,
+                    "delete",
+                    "pods",
+                    "--all",
+                    "--grace-period=0",
+                    "--force",
+                    "--wait=false",
+                ],
+            );
+            let _ = try_kubectl(
+                lab,
+                &["delete", "namespace", ns, "--wait=true", "--timeout=120s"],
+            );
+        }
+        // one DELETE for all of a network's Addresses (kubectl deletes them one by one)
+        let rt = tokio::runtime::Runtime::new().expect("tokio");
+        rt.block_on(async {
+            let client = lab.kube_client().await;
+            let addrs: kube::Api<roam_migrator::api::Address> = kube::Api::all(client);
+            for n in &self.networks {
+                let _ = try_kubectl(lab, &["delete", "network", n, "--ignore-not-found"]);
+                let _ = addrs
+                    .delete_collection(
+                        &kube::api::DeleteParams::default(),
+                        &kube::api::ListParams::default().labels(&format!("roam.dev/network={n}")),
+                    )
+                    .await;
+            }
+        });
+        for n in &self.fake_nodes {
+            let _ = try_kubectl(lab, &["delete", "node", n, "--ignore-not-found"]);
+        }
+        // Events about cluster-scoped objects land in `default`
+        for n in &self.networks {
+            let _ = try_kubectl(
+                lab,
+                &[
+                    "-n",
+                    "default",
+                    "delete",
+                    "events",
+                    "--field-selector",
+                    &format!("involvedObject.name={n}"),
+                    "--ignore-not-found",
+                ],
+            );
+        }
+    }
+}
+
+impl Drop for KubeFixture {
+    fn drop(&mut self) {
+        self.clean();
+    }
+}
+
+fn network(name: &str, label: &str, spec: Value) -> Value {
+    json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network",
+           "metadata": {"name": name, "labels": {"roam.dev/test": label}}, "spec": spec})
+}
+
+/// A pod on a real lab node (critical priority: the lab's kubelets may report disk pressure,
+/// and an evicted pod is a finished pod, whose address is released).
+fn pod(ns: &str, name: &str, node: &str, annotations: Value, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": ns, "annotations": annotations, "labels": labels},
+           "spec": {"nodeName": node, "priorityClassName": "system-node-critical",
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "c", "image": "lab.local/busybox:1.35",
+                                    "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}})
+}
+
+fn addresses(lab: &Lab, network: &str) -> Vec<Value> {
+    get_json(
+        lab,
+        &[
+            "get",
+            "addresses",
+            "-l",
+            &format!("roam.dev/network={network}"),
+        ],
+    )["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn address(lab: &Lab, name: &str) -> Option<Value> {
+    try_kubectl(lab, &["get", "address", name, "-o", "json"])
+        .ok()
+        .map(|s| serde_json::from_str(&s).expect("address json"))
+}
+
+fn free_on(addrs: &[Value], node: &str) -> usize {
+    addrs
+        .iter()
+        .filter(|a| {
+            let s = &a["spec"];
+            s["host"] == node && s["reserved"] != true && s["deleted"] != true
+        })
+        .count()
+}
+
+/// The pod's published addresses, once there.
+fn published(lab: &Lab, ns: &str, name: &str) -> Option<Vec<Value>> {
+    let p: Value = serde_json::from_str(
+        &try_kubectl(lab, &["-n", ns, "get", "pod", name, "-o", "json"]).ok()?,
+    )
+    .ok()?;
+    let a = p["metadata"]["annotations"]["roam.dev/addresses"].as_str()?;
+    serde_json::from_str(a).ok()
+}
+
+fn pod_error(lab: &Lab, ns: &str, name: &str) -> Option<String> {
+    let p: Value = serde_json::from_str(
+        &try_kubectl(lab, &["-n", ns, "get", "pod", name, "-o", "json"]).ok()?,
+    )
+    .ok()?;
+    p["metadata"]["annotations"]["roam.dev/error"]
+        .as_str()
+        .map(str::to_string)
+}
+
+fn wait_published(lab: &Lab, ctl: &ControllerProcess, ns: &str, name: &str) -> Value {
+    let deadline = std::time::Instant::now() + LONG;
+    loop {
+        if let Some(list) = published(lab, ns, name) {
+            return list[0].clone();
+        }
+        if std::time::Instant::now() > deadline {
+            panic!(
+                "pod {ns}/{name} got no roam.dev/addresses in {LONG:?}; controller log:\n{}",
+                ctl.log_tail(60)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `MAC IP` and the options of a logical switch port, if it exists.
+fn lsp(lab: &Lab, name: &str) -> Option<(String, String)> {
+    let out = nbctl(
+        lab,
+        &[
+            "--bare",
+            "--columns=addresses,options",
+            "find",
+            "Logical_Switch_Port",
+            &format!("name={name}"),
+        ],
+    );
+    let mut lines = out.lines().filter(|l| !l.trim().is_empty());
+    Some((
+        lines.next()?.trim().to_string(),
+        lines.next().unwrap_or_default().trim().to_string(),
+    ))
+}
+
+/// The fabric router's next hop for `ip`/32 in `network`.
+fn fabric_hop(lab: &Lab, network: &str, ip: &str) -> Option<String> {
+    let out = nbctl(lab, &["lr-route-list", &format!("{network}-fabric")]);
+    out.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.first() == Some(&ip) || w.first() == Some(&format!("{ip}/32").as_str()))
+        .and_then(|w| w.get(1).map(|s| s.to_string()))
+}
+
+fn transit(lab: &Lab, network: &str) -> BTreeMap<String, String> {
+    get_json(lab, &["get", "network", network])["status"]["transit"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|t| {
+            (
+                t["node"].as_str().unwrap().to_string(),
+                t["ip"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn lease_holder(lab: &Lab, ns: &str, name: &str) -> Option<String> {
+    let l: Value = serde_json::from_str(
+        &try_kubectl(lab, &["-n", ns, "get", "lease", name, "-o", "json"]).ok()?,
+    )
+    .ok()?;
+    l["spec"]["holderIdentity"].as_str().map(str::to_string)
+}
+
+/// The whole lifecycle of an address on the lab, with two controller restarts in between.
+#[test]
+fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
+    let lab = Lab::get();
+    let (ns, net, label) = ("h5-life", "h5-life", "h5-life");
+    let _fixture = KubeFixture::new(&lab, ns, &[net], &[]);
+    let _ovn = LabNetwork::new(&lab, net, &[("node-b", "h5web"), ("node-a", "h5cli")]);
+    create(
+        &lab,
+        "create",
+        &[network(
+            net,
+            label,
+            json!({"subnet": "100.140.1.0/24", "transitSubnet": "169.254.140.0/24",
+            "poolSizePerNode": 3, "refillPeriodSeconds": 2, "mtu": 1400}),
+        )],
+    );
+    let args = |_: &str| {
+        vec![
+            "--network-selector".to_string(),
+            format!("roam.dev/test={label}"),
+            "--pod-namespace".into(),
+            ns.into(),
+            "--lease-namespace".into(),
+            ns.into(),
+            "--lease-name".into(),
+            "h5-life-ctl".into(),
+            "--sweep-period-ms".into(),
+            "500".into(),
+            // other tests' fake nodes are not this network's
+            "--node-selector".into(),
+            "roam.dev/test!=h5-fake".into(),
+        ]
+    };
+    let start = |id: &str, port: u16| {
+        let a = args(id);
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        ControllerProcess::start(&lab, id, port, &refs)
+    };
+    let mut c1 = start("h5-life-c1", 18010);
+
+    // the warm pool fills on both nodes, and refills
+    wait_until(LONG, "3 free addresses on node-a and node-b", || {
+        let a = addresses(&lab, net);
+        (free_on(&a, "node-a") == 3 && free_on(&a, "node-b") == 3).then_some(())
+    });
+    let victim = addresses(&lab, net)
+        .into_iter()
+        .find(|a| a["spec"]["host"] == "node-a")
+        .unwrap();
+    let victim_name = victim["metadata"]["name"].as_str().unwrap().to_string();
+    kubectl(&lab, &["delete", "address", &victim_name]);
+    wait_until(LONG, "node-a's pool refilled", || {
+        let a = addresses(&lab, net);
+        (free_on(&a, "node-a") == 3 && a.len() >= 6).then_some(())
+    });
+    assert_eq!(
+        lease_holder(&lab, ns, "h5-life-ctl").as_deref(),
+        Some("h5-life-c1")
+    );
+    let t = transit(&lab, net);
+    assert!(
+        t.contains_key("node-a") && t.contains_key("node-b"),
+        "a transit address per node: {t:?}"
+    );
+    assert_ne!(t["node-a"], t["node-b"]);
+
+    // a pod on node-a: an Address, its OVN port, the annotation
+    create(
+        &lab,
+        "create",
+        &[pod(ns, "web", "node-a", json!({}), json!({}))],
+    );
+    let web = wait_published(&lab, &c1, ns, "web");
+    let (web_ip, web_mac, web_addr) = (
+        web["ip"].as_str().unwrap().to_string(),
+        web["mac"].as_str().unwrap().to_string(),
+        web["address"].as_str().unwrap().to_string(),
+    );
+    assert_eq!(web["port"], format!("{web_addr}.node-a"));
+    assert_eq!(
+        (
+            web["prefixLen"].as_u64(),
+            web["gateway"].as_str(),
+            web["mtu"].as_u64()
+        ),
+        (Some(32), Some("100.140.1.1"), Some(1400))
+    );
+    let a = address(&lab, &web_addr).expect("the Address");
+    assert_eq!(a["spec"]["owner"], "h5-life-web");
+    assert_eq!(a["spec"]["host"], "node-a");
+    assert_eq!(a["spec"]["interface"], "eth0");
+    assert_eq!(a["spec"]["reserved"], true);
+    let (addrs, opts) = lsp(&lab, &format!("{web_addr}.node-a"))
+        .expect("the OVN port exists when the address is published");
+    assert_eq!(addrs, format!("{web_mac} {web_ip}"));
+    assert!(opts.contains("requested-chassis=node-a"), "{opts}");
+    assert_eq!(
+        fabric_hop(&lab, net, &web_ip).as_deref(),
+        Some(t["node-a"].as_str())
+    );
+
+    create(
+        &lab,
+        "create",
+        &[pod(ns, "db", "node-a", json!({}), json!({}))],
+    );
+    let db = wait_published(&lab, &c1, ns, "db");
+    let db_addr = db["address"].as_str().unwrap().to_string();
+    assert_ne!(db["ip"], web["ip"]);
+
+    // the pod goes: soft delete, port gone, the address kept for its owner
+    kubectl(
+        &lab,
+        &[
+            "-n",
+            ns,
+            "delete",
+            "pod",
+            "web",
+            "--grace-period=0",
+            "--force",
+        ],
+    );
+    wait_until(
+        LONG,
+        "web's Address soft-deleted and its port removed",
+        || {
+            let a = address(&lab, &web_addr)?;
+            (a["spec"]["deleted"] == true
+                && a["spec"]["deletionTime"].is_string()
+                && a["spec"]["owner"] == "h5-life-web"
+                && lsp(&lab, &format!("{web_addr}.node-a")).is_none())
+            .then_some(())
+        },
+    );
+
+    // the controller dies; meanwhile db goes and web comes back on node-b
+    c1.kill();
+    kubectl(
+        &lab,
+        &[
+            "-n",
+            ns,
+            "delete",
+            "pod",
+            "db",
+            "--grace-period=0",
+            "--force",
+        ],
+    );
+    create(
+        &lab,
+        "create",
+        &[pod(ns, "web", "node-b", json!({}), json!({}))],
+    );
+    // a new controller takes the Lease once c1's has expired, and catches up
+    let c2 = start("h5-life-c2", 18011);
+    let web2 = wait_published(&lab, &c2, ns, "web");
+    assert_eq!(
+        lease_holder(&lab, ns, "h5-life-ctl").as_deref(),
+        Some("h5-life-c2")
+    );
+    assert_eq!(
+        (web2["ip"].as_str(), web2["mac"].as_str()),
+        (Some(web_ip.as_str()), Some(web_mac.as_str())),
+        "same owner: same IP and MAC"
+    );
+    assert_eq!(web2["port"], format!("{web_addr}.node-b"));
+    let a = address(&lab, &web_addr).unwrap();
+    assert_eq!(
+        (a["spec"]["host"].as_str(), a["spec"]["deleted"].as_bool()),
+        (Some("node-b"), Some(false))
+    );
+    let (addrs, opts) = lsp(&lab, &format!("{web_addr}.node-b")).expect("web's port on node-b");
+    assert_eq!(addrs, format!("{web_mac} {web_ip}"));
+    assert!(opts.contains("requested-chassis=node-b"), "{opts}");
+    assert_eq!(
+        fabric_hop(&lab, net, &web_ip).as_deref(),
+        Some(t["node-b"].as_str()),
+        "the route follows the address"
+    );
+    wait_until(
+        LONG,
+        "db's delete, missed while the controller was down, is found",
+        || {
+            let a = address(&lab, &db_addr)?;
+            (a["spec"]["deleted"] == true && lsp(&lab, &format!("{db_addr}.node-a")).is_none())
+                .then_some(())
+        },
+    );
+
+    // traffic reaches web on node-b from a client on node-a (test namespaces stand in for
+    // the pods' interfaces, plumbed as their published ports)
+    create(
+        &lab,
+        "create",
+        &[pod(ns, "client", "node-a", json!({}), json!({}))],
+    );
+    let cli = wait_published(&lab, &c2, ns, "client");
+    let web_ns = TestNetns::new("h5web");
+    let cli_ns = TestNetns::new("h5cli");
+    plug_netns(
+        &lab.node("node-b"),
+        &web_ns,
+        "h5web",
+        web2["port"].as_str().unwrap(),
+        &web_mac,
+        &web_ip,
+        "100.140.1.1",
+    );
+    plug_netns(
+        &lab.node("node-a"),
+        &cli_ns,
+        "h5cli",
+        cli["port"].as_str().unwrap(),
+        cli["mac"].as_str().unwrap(),
+        cli["ip"].as_str().unwrap(),
+        "100.140.1.1",
+    );
+    wait_until(LONG, "client on node-a pings web on node-b", || {
+        cli_ns.ping_once(&web_ip).then_some(())
+    });
+
+    // a VM's second launcher pod (a migration's target) shares the VM's address; it moves
+    // to the target when the source pod is gone: a live move, so the route flips first
+    // (fast path), then the reconcile converges — same IP and MAC
+    let vm = json!({"roam.dev/vm": "vm1"});
+    create(
+        &lab,
+        "create",
+        &[pod(ns, "vm1-src", "node-a", json!({}), vm.clone())],
+    );
+    let src = wait_published(&lab, &c2, ns, "vm1-src");
+    let vm_ip = src["ip"].as_str().unwrap().to_string();
+    let vm_addr = src["address"].as_str().unwrap().to_string();
+    assert_eq!(
+        address(&lab, &vm_addr).unwrap()["spec"]["owner"],
+        "h5-life/vm1"
+    );
+    wait_until(LONG, "vm1's route on node-a", || {
+        (fabric_hop(&lab, net, &vm_ip).as_deref() == Some(t["node-a"].as_str())).then_some(())
+    });
+    create(
+        &lab,
+        "create",
+        &[pod(ns, "vm1-dst", "node-b", json!({}), vm)],
+    );
+    wait_until(LONG, "vm1-dst waits for the source", || {
+        c2.log_text()
+            .contains("waiting for the owner's other pod")
+            .then_some(())
+    });
+    assert!(
+        published(&lab, ns, "vm1-dst").is_none(),
+        "not published while the source holds the address"
+    );
+    kubectl(
+        &lab,
+        &[
+            "-n",
+            ns,
+            "delete",
+            "pod",
+            "vm1-src",
+            "--grace-period=0",
+            "--force",
+        ],
+    );
+    let dst = wait_published(&lab, &c2, ns, "vm1-dst");
+    assert_eq!(
+        (dst["ip"].clone(), dst["mac"].clone()),
+        (src["ip"].clone(), src["mac"].clone())
+    );
+    wait_until(LONG, "vm1's route flipped to node-b", || {
+        (fabric_hop(&lab, net, &vm_ip).as_deref() == Some(t["node-b"].as_str())).then_some(())
+    });
+    wait_until(LONG, "the fast flip in the log", || {
+        c2.log_text().contains("route flipped").then_some(())
+    });
+    let a = address(&lab, &vm_addr).unwrap();
+    assert_eq!(
+        (a["spec"]["host"].as_str(), a["spec"]["deleted"].as_bool()),
+        (Some("node-b"), Some(false)),
+        "never soft-deleted: its owner lived on"
+    );
+
+    // a second candidate waits while c2 leads, and takes over when c2 dies
+    let c3 = start("h5-life-c3", 18012);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        lease_holder(&lab, ns, "h5-life-ctl").as_deref(),
+        Some("h5-life-c2"),
+        "c3 must not take a held Lease"
+    );
+    assert!(
+        !c3.log_text().contains("addresses published"),
+        "c3 acted without leading:\n{}",
+        c3.log_tail(20)
+    );
+    let metrics = c2.scrape().expect("c2 serves /metrics");
+    assert!(
+        metrics.contains("roam_addresses{network=\"h5-life\",state=\"claimed\"}"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("roam_claim_duration_seconds_count 0"),
+        "{metrics}"
+    );
+    drop(c2);
+    wait_until(LONG, "c3 leads after c2 died", || {
+        (lease_holder(&lab, ns, "h5-life-ctl").as_deref() == Some("h5-life-c3")).then_some(())
+    });
+
+    // the grace period runs out: db's address is reclaimed (web's, in use, is not)
+    kubectl(
+        &lab,
+        &[
+            "patch",
+            "network",
+            net,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"reclaimGraceSeconds":3}}"#,
+        ],
+    );
+    wait_until(LONG, "db's address reclaimed", || {
+        let gone = address(&lab, &db_addr).is_none_or(|a| a["spec"]["owner"] != "h5-life-db");
+        gone.then_some(())
+    });
+    let a = address(&lab, &web_addr).unwrap();
+    assert_eq!(
+        (a["spec"]["owner"].as_str(), a["spec"]["deleted"].as_bool()),
+        (Some("h5-life-web"), Some(false))
+    );
+    drop(c3);
+}
+
+/// Bad input: nothing claimed for that pod, a condition or an Event and `roam.dev/error`
+/// say why, other pods are unaffected, and fixing the input fixes the pod.
+#[test]
+fn bad_input_is_refused_reported_and_claims_nothing() {
+    let lab = Lab::get();
+    let (ns, label) = ("h5-bad", "h5-bad");
+    let nets = [
+        "h5-bad",
+        "h5-bad-overlap",
+        "h5-bad-vlan0",
+        "h5-bad-vlan4095",
+        "h5-bad-tiny",
+    ];
+    let _fixture = KubeFixture::new(&lab, ns, &nets, &[]);
+    let _ovn: Vec<LabNetwork> = nets.iter().map(|n| LabNetwork::new(&lab, n, &[])).collect();
+    create(
+        &lab,
+        "create",
+        &[network(
+            "h5-bad",
+            label,
+            json!({"subnet": "100.140.2.0/24", "transitSubnet": "169.254.141.0/24", "poolSizePerNode": 2}),
+        )],
+    );
+    // created after h5-bad: the younger of the two overlapping networks is refused
+    std::thread::sleep(Duration::from_millis(1100));
+    create(
+        &lab,
+        "create",
+        &[
+            network(
+                "h5-bad-overlap",
+                label,
+                json!({"subnet": "100.140.2.128/25", "transitSubnet": "169.254.142.0/24"}),
+            ),
+            network(
+                "h5-bad-vlan0",
+                label,
+                json!({"mode": "underlay", "vlan": 0, "subnet": "100.140.4.0/24"}),
+            ),
+            network(
+                "h5-bad-vlan4095",
+                label,
+                json!({"mode": "underlay", "vlan": 4095, "subnet": "100.140.5.0/24"}),
+            ),
+            network(
+                "h5-bad-tiny",
+                label,
+                json!({"subnet": "100.140.3.0/30", "transitSubnet": "169.254.143.0/24", "poolSizePerNode": 0}),
+            ),
+        ],
+    );
+    let ctl = ControllerProcess::start(
+        &lab,
+        "h5-bad-c",
+        18020,
+        &[
+            "--leader-elect",
+            "false",
+            "--network-selector",
+            &format!("roam.dev/test={label}"),
+            "--pod-namespace",
+            ns,
+            "--node-selector",
+            "roam.dev/test!=h5-fake",
+        ],
+    );
+    let ready = |n: &str| -> Option<(String, String, String)> {
+        let v = get_json(&lab, &["get", "network", n]);
+        let c = v["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Ready")?
+            .clone();
+        Some((
+            c["status"].as_str()?.into(),
+            c["reason"].as_str()?.into(),
+            c["message"].as_str()?.into(),
+        ))
+    };
+    let cond = |n: &str| wait_until(LONG, &format!("{n}'s Ready condition"), || ready(n));
+    assert_eq!(cond("h5-bad").0, "True");
+    let (s, reason, msg) = cond("h5-bad-overlap");
+    assert_eq!(
+        (s.as_str(), reason.as_str()),
+        ("False", "OverlappingNetworks"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("h5-bad") && msg.contains("100.140.2.0/24"),
+        "{msg}"
+    );
+    for n in ["h5-bad-vlan0", "h5-bad-vlan4095"] {
+        let (s, reason, msg) = cond(n);
+        assert_eq!(
+            (s.as_str(), reason.as_str()),
+            ("False", "InvalidNetwork"),
+            "{msg}"
+        );
+        assert!(msg.contains("1–4094"), "{msg}");
+    }
+    wait_until(LONG, "h5-bad's pool", || {
+        (free_on(&addresses(&lab, "h5-bad"), "node-a") == 2).then_some(())
+    });
+    for n in ["h5-bad-overlap", "h5-bad-vlan0", "h5-bad-vlan4095"] {
+        assert!(
+            addresses(&lab, n).is_empty(),
+            "nothing is created for refused network {n}"
+        );
+    }
+
+    let ifaces = |j: &str| json!({"roam.dev/interfaces": j});
+    let bad = [
+        (
+            "malformed",
+            ifaces("[{not json"),
+            "InvalidInterfaces",
+            "malformed",
+        ),
+        (
+            "mode",
+            ifaces(r#"[{"mode":"bridge","interface":{"name":"eth0"}}]"#),
+            "InvalidInterfaces",
+            "bridge",
+        ),
+        (
+            "vlan",
+            ifaces(r#"[{"mode":"underlay","interface":{"name":"eth0"},"vlan":{"tag":4095}}]"#),
+            "InvalidInterfaces",
+            "1–4094",
+        ),
+        (
+            "outside",
+            ifaces(
+                r#"[{"mode":"overlay","network":"h5-bad","interface":{"name":"eth0","ip":"100.140.9.9"}}]"#,
+            ),
+            "StaticIpOutsideSubnet",
+            "100.140.9.9",
+        ),
+        (
+            "refused-net",
+            ifaces(
+                r#"[{"mode":"overlay","network":"h5-bad-overlap","interface":{"name":"eth0"}}]"#,
+            ),
+            "NoNetwork",
+            "h5-bad-overlap",
+        ),
+    ];
+    let mut pods: Vec<Value> = bad
+        .iter()
+        .map(|(n, a, _, _)| pod(ns, n, "node-a", a.clone(), json!({})))
+        .collect();
+    pods.push(pod(ns, "good", "node-a", ifaces(r#"[{"mode":"overlay","network":"h5-bad","interface":{"name":"eth0","ip":"100.140.2.50"}}]"#), json!({})));
+    pods.push(pod(
+        ns,
+        "tiny1",
+        "node-a",
+        ifaces(r#"[{"mode":"overlay","network":"h5-bad-tiny","interface":{"name":"eth0"}}]"#),
+        json!({}),
+    ));
+    create(&lab, "create", &pods);
+    let good = wait_published(&lab, &ctl, ns, "good");
+    assert_eq!(good["ip"], "100.140.2.50", "a static IP is honoured");
+    let tiny1 = wait_published(&lab, &ctl, ns, "tiny1");
+    assert_eq!(
+        tiny1["ip"], "100.140.3.2",
+        "the /30's only assignable address"
+    );
+    // after the good ones hold their addresses: a taken static IP, an exhausted network
+    create(
+        &lab,
+        "create",
+        &[
+            pod(
+                ns,
+                "taken",
+                "node-a",
+                ifaces(
+                    r#"[{"mode":"overlay","network":"h5-bad","interface":{"name":"eth0","ip":"100.140.2.50"}}]"#,
+                ),
+                json!({}),
+            ),
+            pod(
+                ns,
+                "tiny2",
+                "node-a",
+                ifaces(
+                    r#"[{"mode":"overlay","network":"h5-bad-tiny","interface":{"name":"eth0"}}]"#,
+                ),
+                json!({}),
+            ),
+        ],
+    );
+    let all_bad: Vec<(&str, &str, &str)> = bad
+        .iter()
+        .map(|(n, _, r, m)| (*n, *r, *m))
+        .chain([
+            ("taken", "AddressTaken", "100.140.2.50"),
+            ("tiny2", "PoolExhausted", "h5-bad-tiny"),
+        ])
+        .collect();
+    for (name, reason, needle) in &all_bad {
+        let err = wait_until(LONG, &format!("roam.dev/error on {name}"), || {
+            pod_error(&lab, ns, name)
+        });
+        assert!(err.contains(needle), "{name}: {err}");
+        assert!(
+            published(&lab, ns, name).is_none(),
+            "{name}: nothing published"
+        );
+        wait_until(LONG, &format!("a {reason} Event for {name}"), || {
+            let ev = kubectl(
+                &lab,
+                &[
+                    "-n",
+                    ns,
+                    "get",
+                    "events",
+                    "--field-selector",
+                    &format!("involvedObject.name={name}"),
+                    "-o",
+                    "json",
+                ],
+            );
+            ev.contains(reason).then_some(())
+        });
+    }
+    // nothing was claimed for any refused pod
+    let owners: BTreeSet<String> = ["h5-bad", "h5-bad-tiny"]
+        .iter()
+        .flat_map(|n| addresses(&lab, n))
+        .filter_map(|a| a["spec"]["owner"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(
+        owners,
+        ["h5-bad-good".to_string(), "h5-bad-tiny1".to_string()].into(),
+        "only the good pods hold addresses"
+    );
+
+    // fixing the annotation fixes the pod
+    kubectl(
+        &lab,
+        &[
+            "-n",
+            ns,
+            "annotate",
+            "pod",
+            "malformed",
+            "--overwrite",
+            r#"roam.dev/interfaces=[{"mode":"overlay","network":"h5-bad","interface":{"name":"eth0"}}]"#,
+        ],
+    );
+    let fixed = wait_published(&lab, &ctl, ns, "malformed");
+    assert!(fixed["ip"].as_str().unwrap().starts_with("100.140.2."));
+    wait_until(LONG, "roam.dev/error removed", || {
+        pod_error(&lab, ns, "malformed").is_none().then_some(())
+    });
+}
+
+/// Two controllers without leader election, 1000 pods at once (bound to fake nodes: nothing
+/// runs them): every pod gets an address, and no IP is ever held twice.
+#[test]
+fn two_controllers_racing_1000_claims_hand_out_no_ip_twice() {
+    let lab = Lab::get();
+    let (ns, net, label) = ("h5-race", "h5-race", "h5-race");
+    let nodes = ["h5-bench-r1", "h5-bench-r2"];
+    let _fixture = KubeFixture::new(&lab, ns, &[net], &nodes);
+    let _ovn = LabNetwork::new(&lab, net, &[]);
+    create(
+        &lab,
+        "create",
+        &[network(
+            net,
+            label,
+            json!({"subnet": "100.141.0.0/20", "transitSubnet": "169.254.141.0/24", "poolSizePerNode": 10}),
+        )],
+    );
+    let args = [
+        "--leader-elect",
+        "false",
+        "--network-selector",
+        "roam.dev/test=h5-race",
+        "--pod-namespace",
+        ns,
+        "--node-selector",
+        "roam.dev/test=h5-fake",
+    ];
+    let c1 = ControllerProcess::start(&lab, "h5-race-c1", 18030, &args);
+    let c2 = ControllerProcess::start(&lab, "h5-race-c2", 18031, &args);
+    wait_until(LONG, "the pools on the fake nodes", || {
+        let a = addresses(&lab, net);
+        nodes.iter().all(|n| free_on(&a, n) == 10).then_some(())
+    });
+    let pods: Vec<Value> = (0..1000)
+        .map(|i| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": format!("p{i:04}"), "namespace": ns},
+                   "spec": {"nodeName": nodes[i % 2], "terminationGracePeriodSeconds": 0,
+                            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.2"}]}})
+        })
+        .collect();
+    for chunk in pods.chunks(250) {
+        create(&lab, "create", chunk);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(900);
+    let published_all = loop {
+        let list = get_json(&lab, &["-n", ns, "get", "pods"]);
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        let done: Vec<(String, Value)> = items
+            .iter()
+            .filter_map(|p| {
+                let a = p["metadata"]["annotations"]["roam.dev/addresses"].as_str()?;
+                let v: Vec<Value> = serde_json::from_str(a).ok()?;
+                Some((p["metadata"]["name"].as_str()?.to_string(), v[0].clone()))
+            })
+            .collect();
+        if done.len() == 1000 {
+            break done;
+        }
+        if std::time::Instant::now() > deadline {
+            panic!(
+                "{} of 1000 pods published after 900 s\nc1:\n{}\nc2:\n{}",
+                done.len(),
+                c1.log_tail(30),
+                c2.log_tail(30)
+            );
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    // double claims of one pod (both controllers served it at once) are handed back by the
+    // sweep; wait until the annotations are final
+    let settled = wait_until(
+        Duration::from_secs(120),
+        "every pod holds exactly one reserved address",
+        || {
+            let addrs = addresses(&lab, net);
+            let reserved: Vec<&Value> = addrs
+                .iter()
+                .filter(|a| a["spec"]["reserved"] == true)
+                .collect();
+            let owners: BTreeSet<&str> = reserved
+                .iter()
+                .filter_map(|a| a["spec"]["owner"].as_str())
+                .collect();
+            (reserved.len() == 1000 && owners.len() == 1000).then_some(addrs)
+        },
+    );
+    let by_ip: BTreeMap<String, String> = settled
+        .iter()
+        .filter(|a| a["spec"]["reserved"] == true)
+        .map(|a| {
+            (
+                a["spec"]["ip"].as_str().unwrap().to_string(),
+                a["spec"]["owner"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        by_ip.len(),
+        1000,
+        "1000 reserved addresses, 1000 distinct IPs"
+    );
+    // the final annotations: distinct IPs, each held by its pod
+    let list = get_json(&lab, &["-n", ns, "get", "pods"]);
+    let mut seen = BTreeSet::new();
+    for p in list["items"].as_array().unwrap() {
+        let name = p["metadata"]["name"].as_str().unwrap();
+        let a: Vec<Value> = serde_json::from_str(
+            p["metadata"]["annotations"]["roam.dev/addresses"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        let ip = a[0]["ip"].as_str().unwrap();
+        assert!(seen.insert(ip.to_string()), "IP {ip} published twice");
+        assert_eq!(
+            by_ip.get(ip).map(String::as_str),
+            Some(format!("{ns}-{name}").as_str()),
+            "{name}'s IP {ip} is held by it"
+        );
+    }
+    assert_eq!(published_all.len(), 1000);
+    let claims = |c: &ControllerProcess| c.log_text().matches("addresses published").count();
+    println!("c1 published {}, c2 published {}", claims(&c1), claims(&c2));
+}
+
+/// A VLAN (underlay) Network: DHCP and static addressing as in seed 001 — the address comes
+/// from the VLAN's subnet with its mask, the port sits on the VLAN's switch (localnet port
+/// tagged), and a DHCP interface's port has OVN DHCP options.
+#[test]
+fn vlan_network_static_and_dhcp_addresses() {
+    let lab = Lab::get();
+    let (ns, net, label) = ("h5-vlan", "h5-vlan", "h5-vlan");
+    let _fixture = KubeFixture::new(&lab, ns, &[net], &[]);
+    let _ovn = LabNetwork::new(&lab, net, &[]);
+    create(
+        &lab,
+        "create",
+        &[network(
+            net,
+            label,
+            json!({"mode": "underlay", "vlan": 140, "subnet": "100.142.140.0/24",
+            "gateway": "100.142.140.254", "poolSizePerNode": 2, "physnet": "h5phys"}),
+        )],
+    );
+    let ctl = ControllerProcess::start(
+        &lab,
+        "h5-vlan-c",
+        18050,
+        &[
+            "--leader-elect",
+            "false",
+            "--network-selector",
+            &format!("roam.dev/test={label}"),
+            "--pod-namespace",
+            ns,
+            "--node-selector",
+            "roam.dev/test!=h5-fake",
+        ],
+    );
+    let ifaces = |j: &str| json!({"roam.dev/interfaces": j});
+    create(
+        &lab,
+        "create",
+        &[
+            pod(
+                ns,
+                "dhcp",
+                "node-a",
+                ifaces(
+                    r#"[{"mode":"underlay","interface":{"name":"eth0","dhcp":"true","service_class":"bulk"},"vlan":{"tag":"140"}}]"#,
+                ),
+                json!({}),
+            ),
+            pod(
+                ns,
+                "static",
+                "node-b",
+                ifaces(
+                    r#"[{"mode":"underlay","interface":{"name":"eth0","dhcp":"false","ip":"100.142.140.50","mask":"255.255.255.0","gateway":"100.142.140.254"},"vlan":{"tag":"140"}}]"#,
+                ),
+                json!({}),
+            ),
+        ],
+    );
+    let d = wait_published(&lab, &ctl, ns, "dhcp");
+    let s = wait_published(&lab, &ctl, ns, "static");
+    assert_eq!(
+        (
+            d["prefixLen"].as_u64(),
+            d["vlan"].as_u64(),
+            d["dhcp"].as_bool()
+        ),
+        (Some(24), Some(140), Some(true))
+    );
+    assert_eq!(d["gateway"], "100.142.140.254");
+    assert_eq!(
+        (
+            s["ip"].as_str(),
+            s["prefixLen"].as_u64(),
+            s["dhcp"].as_bool()
+        ),
+        (Some("100.142.140.50"), Some(24), Some(false))
+    );
+    let a = address(&lab, d["address"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (
+            a["spec"]["vlan"]["tag"].as_u64(),
+            a["spec"]["serviceClass"].as_str()
+        ),
+        (Some(140), Some("bulk"))
+    );
+    // the ports are on the VLAN switch, beside its tagged localnet port
+    let sw = nbctl(&lab, &["show", "h5-vlan-vlan140"]);
+    for p in [
+        d["port"].as_str().unwrap(),
+        s["port"].as_str().unwrap(),
+        "h5-vlan-ln",
+    ] {
+        assert!(sw.contains(p), "{p} on the VLAN switch:\n{sw}");
+    }
+    assert!(sw.contains("tag: 140"), "{sw}");
+    let dhcp_opts = nbctl(
+        &lab,
+        &[
+            "--bare",
+            "--columns=dhcpv4_options",
+            "find",
+            "Logical_Switch_Port",
+            &format!("name={}", d["port"].as_str().unwrap()),
+        ],
+    );
+    assert!(
+        !dhcp_opts.trim().is_empty(),
+        "the DHCP interface's port has DHCP options"
+    );
+    let static_opts = nbctl(
+        &lab,
+        &[
+            "--bare",
+            "--columns=dhcpv4_options",
+            "find",
+            "Logical_Switch_Port",
+            &format!("name={}", s["port"].as_str().unwrap()),
+        ],
+    );
+    assert!(
+        static_opts.trim().is_empty(),
+        "a static interface gets no DHCP options: {static_opts}"
+    );
+    let cidr = nbctl(
+        &lab,
+        &[
+            "--bare",
+            "--columns=cidr",
+            "find",
+            "DHCP_Options",
+            &format!("external_ids:roam.dev/port={}", d["port"].as_str().unwrap()),
+        ],
+    );
+    assert_eq!(
+        cidr.trim(),
+        "100.142.140.0/24",
+        "the lease carries the VLAN's mask"
+    );
+}
