@@ -88,7 +88,8 @@ async fn move_address(ctx: &Arc<Context>, name: &str, host: &str, also: &[&str])
         if want_also.is_empty() {
             a.annotations_mut().remove(ALSO_ON);
         } else {
-            a.annotations_mut().insert(ALSO_ON.into(), want_also.join(","));
+            a.annotations_mut()
+                .insert(ALSO_ON.into(), want_also.join(","));
         }
         match api.replace(name, &PostParams::default(), &a).await {
             Ok(w) => {
@@ -100,7 +101,9 @@ async fn move_address(ctx: &Arc<Context>, name: &str, host: &str, also: &[&str])
             Err(e) => return Err(e.into()),
         }
     }
-    Err(Error::Conflict(format!("address {name}: 8 writes in a row lost their race")))
+    Err(Error::Conflict(format!(
+        "address {name}: 8 writes in a row lost their race"
+    )))
 }
 
 async fn patch_status(
@@ -127,11 +130,19 @@ async fn patch_status(
     }
 }
 
-async fn patch_vm_status(ctx: &Context, vm: &VirtualMachine, patch: serde_json::Value) -> Result<()> {
+async fn patch_vm_status(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    patch: serde_json::Value,
+) -> Result<()> {
     let api: Api<VirtualMachine> =
         Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
-    api.patch_status(&vm.name_any(), &PatchParams::default(), &Patch::Merge(&json!({"status": patch})))
-        .await?;
+    api.patch_status(
+        &vm.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": patch})),
+    )
+    .await?;
     Ok(())
 }
 
@@ -152,7 +163,9 @@ async fn set_finalizer(ctx: &Context, m: &VirtualMachineMigration, on: bool) -> 
         .patch(
             &m.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"finalizers": f, "resourceVersion": m.resource_version()}})),
+            &Patch::Merge(
+                &json!({"metadata": {"finalizers": f, "resourceVersion": m.resource_version()}}),
+            ),
         )
         .await
     {
@@ -170,6 +183,11 @@ async fn reconcile(
     ctx.wait_synced().await;
     let ns = m.namespace().unwrap_or_default();
     let mname = m.name_any();
+    // decide on the object as it is now, not on a cached copy older than our last write
+    let api: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(m) = api.get_opt(&mname).await?.map(Arc::new) else {
+        return Ok(KAction::await_change());
+    };
     let mut st = m.status.clone().unwrap_or_default();
     let deleted = m.metadata.deletion_timestamp.is_some();
     if st.phase.is_terminal() && deleted {
@@ -195,7 +213,10 @@ async fn reconcile(
                 st.source_pod = vs.pod.clone();
                 st.target_node = m.spec.target_node.clone();
                 match (&m.spec.target_node, &source) {
-                    _ if vs.phase != VmPhase::Running || vs.migration.as_deref().is_some_and(|x| x != mname) => {
+                    _ if !(vs.phase == VmPhase::Running
+                        || (vs.phase == VmPhase::Migrating && vs.migration.as_deref() == Some(mname.as_str())))
+                        || vs.migration.as_deref().is_some_and(|x| x != mname) =>
+                    {
                         invalid = Some(match &vs.migration {
                             Some(other) if other != &mname => format!("migration {other} of this VM is under way; wait for it to end"),
                             _ => format!("the VM is {:?}, not Running", vs.phase),
@@ -220,12 +241,27 @@ async fn reconcile(
         return Ok(KAction::await_change());
     };
     let vst = vm.status.clone().unwrap_or_default();
-    if invalid.is_none() && !st.phase.is_terminal() && vst.migration.as_deref() != Some(mname.as_str()) {
+    if invalid.is_none()
+        && !st.phase.is_terminal()
+        && vst.migration.as_deref() != Some(mname.as_str())
+    {
         // claim the VM for this migration
-        patch_vm_status(&ctx, &vm, json!({"migration": mname, "phase": VmPhase::Migrating})).await?;
+        patch_vm_status(
+            &ctx,
+            &vm,
+            json!({"migration": mname, "phase": VmPhase::Migrating}),
+        )
+        .await?;
     }
     let (Some(source), Some(target)) = (st.source_node.clone(), st.target_node.clone()) else {
-        return finish_invalid(&ctx, &m, &vm, st, invalid.unwrap_or("no source or target node".into())).await;
+        return finish_invalid(
+            &ctx,
+            &m,
+            &vm,
+            st,
+            invalid.unwrap_or("no source or target node".into()),
+        )
+        .await;
     };
     if let Some(why) = invalid {
         return finish_invalid(&ctx, &m, &vm, st, why).await;
@@ -234,13 +270,18 @@ async fn reconcile(
     let token = vms::token(&ctx, &vm).await?;
     let source_ip = vms::ready_node_ip(&ctx, &source).await?.unwrap_or_default();
     let target_ip = vms::ready_node_ip(&ctx, &target).await?;
-    let target_pod_name = st.target_pod.clone().unwrap_or_else(|| format!("{mname}-target"));
+    let target_pod_name = st
+        .target_pod
+        .clone()
+        .unwrap_or_else(|| format!("{mname}-target"));
     st.target_pod = Some(target_pod_name.clone());
     let address = vm_address(&ctx, &vm);
     // --- observe
     let target_pod = pods.get_opt(&target_pod_name).await?;
     let target_status: Option<Status> = match (&target_pod, &target_ip) {
-        (Some(p), Some(ip)) if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") => {
+        (Some(p), Some(ip))
+            if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") =>
+        {
             vms::client(&vm, ip, port, &token)?.status().await.ok()
         }
         _ => None,
@@ -255,11 +296,18 @@ async fn reconcile(
         Some(_) => PodState::Starting,
     };
     let source_pod_exists = match &st.source_pod {
-        Some(p) => pods.get_opt(p).await?.is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+        Some(p) => pods
+            .get_opt(p)
+            .await?
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
         None => false,
     };
     let source_client = vms::client(&vm, &source_ip, port, &token)?;
-    let source_status = if source_pod_exists { source_client.status().await.ok() } else { None };
+    let source_status = if source_pod_exists {
+        source_client.status().await.ok()
+    } else {
+        None
+    };
     let job = match (&source_status, st.job_id) {
         (_, None) => Job::None,
         (None, Some(_)) => Job::Unknown,
@@ -267,19 +315,33 @@ async fn reconcile(
             None => Job::Unknown,
             Some(j) => match j.state {
                 JobState::Preparing | JobState::Running => {
-                    if s.domain == DomainState::Paused { Job::Paused } else { Job::Running }
+                    if s.domain == DomainState::Paused {
+                        Job::Paused
+                    } else {
+                        Job::Running
+                    }
                 }
                 JobState::Completed => Job::Completed,
-                JobState::Aborted | JobState::Failed => Job::Failed(j.error.clone().unwrap_or_else(|| format!("{:?}", j.state))),
+                JobState::Aborted | JobState::Failed => {
+                    Job::Failed(j.error.clone().unwrap_or_else(|| format!("{:?}", j.state)))
+                }
             },
         },
     };
-    if let Some(j) = source_status.as_ref().and_then(|s| s.job.as_ref()).filter(|j| Some(j.id) == st.job_id) {
+    if let Some(j) = source_status
+        .as_ref()
+        .and_then(|s| s.job.as_ref())
+        .filter(|j| Some(j.id) == st.job_id)
+    {
         let s = &j.stats;
         let total = s.data_total.unwrap_or_default();
         let processed = s.data_processed.unwrap_or_default();
         st.progress = Some(Progress {
-            percent: Some(if j.state == JobState::Completed { "100%".into() } else { Progress::percent_of(processed, total) }),
+            percent: Some(if j.state == JobState::Completed {
+                "100%".into()
+            } else {
+                Progress::percent_of(processed, total)
+            }),
             memory_total: total,
             memory_processed: processed,
             memory_remaining: s.data_remaining.unwrap_or_default(),
@@ -291,13 +353,21 @@ async fn reconcile(
                 st.downtime_ms = Some(d);
                 st.downtime = Some(format!("{d}ms"));
             }
-            st.job_ms = s.elapsed_ms.or_else(|| j.finished_unix_ns.map(|f| (f.saturating_sub(j.started_unix_ns)) / 1_000_000));
+            st.job_ms = s.elapsed_ms.or_else(|| {
+                j.finished_unix_ns
+                    .map(|f| (f.saturating_sub(j.started_unix_ns)) / 1_000_000)
+            });
         }
     }
-    let on_target = target_status.as_ref().is_some_and(|s| s.domain == DomainState::Running && s.last_incoming.is_some());
+    let on_target = target_status
+        .as_ref()
+        .is_some_and(|s| s.domain == DomainState::Running && s.last_incoming.is_some());
     let guest = if on_target {
         GuestAt::Target
-    } else if source_status.as_ref().is_some_and(|s| matches!(s.domain, DomainState::Running | DomainState::Paused)) {
+    } else if source_status
+        .as_ref()
+        .is_some_and(|s| matches!(s.domain, DomainState::Running | DomainState::Paused))
+    {
         GuestAt::Source
     } else if st.job_id.is_none() && !source_pod_exists {
         GuestAt::Unknown
@@ -308,11 +378,13 @@ async fn reconcile(
         Some(h) if h == target => RouteAt::Target,
         _ => RouteAt::Source,
     };
-    let target_port = address.as_ref().is_some_and(|a| also_on(a).contains(&target) || a.spec.host.as_deref() == Some(target.as_str()));
+    let target_port = address.as_ref().is_some_and(|a| {
+        also_on(a).contains(&target) || a.spec.host.as_deref() == Some(target.as_str())
+    });
     let timed_out = m.spec.timeout_seconds.is_some_and(|t| {
-        st.start_time.as_ref().is_some_and(|s| {
-            (k8s_openapi::jiff::Timestamp::now() - s.0).get_seconds() > t as i64
-        })
+        st.start_time
+            .as_ref()
+            .is_some_and(|s| (k8s_openapi::jiff::Timestamp::now() - s.0).get_seconds() > t as i64)
     });
     let o = Observed {
         invalid: None,
@@ -328,7 +400,10 @@ async fn reconcile(
     let was = st.phase;
     let d = step(st.phase, &o);
     tracing::debug!(migration = %mname, ?o, ?d, "step");
-    let addr_name = address.as_ref().and_then(|a| a.metadata.name.clone()).unwrap_or_default();
+    let addr_name = address
+        .as_ref()
+        .and_then(|a| a.metadata.name.clone())
+        .unwrap_or_default();
     // --- act
     for a in &d.actions {
         match a {
@@ -374,11 +449,26 @@ async fn reconcile(
                     .await
                     .map(|e| e.events.last().map(|e| e.seq).unwrap_or(0))
                     .unwrap_or(0);
-                let job = source_client.migrate(&req).await.map_err(|source| Error::Shim { vm: vm_key(&vm), source })?;
+                let job = source_client
+                    .migrate(&req)
+                    .await
+                    .map_err(|source| Error::Shim {
+                        vm: vm_key(&vm),
+                        source,
+                    })?;
                 st.job_id = Some(job.id);
                 // record the job before anything else can happen
                 patch_status(&ctx, &m, &st).await?;
-                spawn_switchover(&ctx, &m, &source_client, after, &addr_name, &source, &target, &watching);
+                spawn_switchover(
+                    &ctx,
+                    &m,
+                    &source_client,
+                    after,
+                    &addr_name,
+                    &source,
+                    &target,
+                    &watching,
+                );
             }
             Action::AbortMigration => {
                 if let Err(e) = source_client.abort().await {
@@ -403,7 +493,10 @@ async fn reconcile(
                 }
             }
             Action::DeleteTarget => {
-                match pods.delete(&target_pod_name, &DeleteParams::default()).await {
+                match pods
+                    .delete(&target_pod_name, &DeleteParams::default())
+                    .await
+                {
                     Ok(_) => {}
                     Err(e) if Error::is_not_found(&e) => {}
                     Err(e) => return Err(e.into()),
@@ -420,20 +513,32 @@ async fn reconcile(
     }
     if st.phase.is_terminal() {
         st.completion_time.get_or_insert_with(now);
-        // the world settled: the port lives only where the guest runs
-        if !addr_name.is_empty() && d.actions.is_empty() {
-            let host = if st.phase == Phase::Succeeded { &target } else { &source };
-            if st.phase != Phase::Succeeded || !source_pod_exists {
-                move_address(&ctx, &addr_name, host, &[]).await?;
+        // the world settled: the port lives only where the guest runs (and, until the
+        // source pod is gone, on the source too)
+        if !addr_name.is_empty() {
+            if st.phase == Phase::Succeeded {
+                let also: Vec<&str> = if source_pod_exists {
+                    vec![source.as_str()]
+                } else {
+                    vec![]
+                };
+                move_address(&ctx, &addr_name, &target, &also).await?;
+            } else if o.guest == GuestAt::Source {
+                move_address(&ctx, &addr_name, &source, &[]).await?;
             }
         }
-        if vst.migration.as_deref() == Some(mname.as_str()) && d.actions.is_empty() {
+        if vst.migration.as_deref() == Some(mname.as_str()) {
             let (node, pod) = if st.phase == Phase::Succeeded {
                 (target.clone(), target_pod_name.clone())
             } else {
                 (source.clone(), st.source_pod.clone().unwrap_or_default())
             };
-            patch_vm_status(&ctx, &vm, json!({"migration": null, "phase": VmPhase::Running, "node": node, "pod": pod})).await?;
+            patch_vm_status(
+                &ctx,
+                &vm,
+                json!({"migration": null, "phase": VmPhase::Running, "node": node, "pod": pod}),
+            )
+            .await?;
         }
     }
     patch_status(&ctx, &m, &st).await?;
@@ -444,7 +549,9 @@ async fn reconcile(
             _ if st.phase == Phase::Succeeded => format!(
                 "{mname}: {source} → {target}, downtime {} ms, switchover {} ms",
                 st.downtime_ms.map(|d| d.to_string()).unwrap_or("?".into()),
-                st.switchover_ms.map(|d| d.to_string()).unwrap_or("?".into())
+                st.switchover_ms
+                    .map(|d| d.to_string())
+                    .unwrap_or("?".into())
             ),
             _ => format!("{mname}: {:?}", st.phase),
         };
@@ -457,7 +564,11 @@ async fn reconcile(
         if deleted || d.actions.is_empty() {
             set_finalizer(&ctx, &m, false).await?;
         }
-        return Ok(if d.actions.is_empty() { KAction::await_change() } else { KAction::requeue(Duration::from_millis(300)) });
+        return Ok(if d.actions.is_empty() {
+            KAction::await_change()
+        } else {
+            KAction::requeue(Duration::from_millis(300))
+        });
     }
     Ok(KAction::requeue(Duration::from_millis(300)))
 }
@@ -474,8 +585,22 @@ async fn finish_invalid(
     st.reason = Some(why.clone());
     st.completion_time.get_or_insert_with(now);
     patch_status(ctx, m, &st).await?;
+    if vm.status.as_ref().and_then(|s| s.migration.as_deref()) == Some(m.name_any().as_str()) {
+        patch_vm_status(
+            ctx,
+            vm,
+            json!({"migration": null, "phase": VmPhase::Running}),
+        )
+        .await?;
+    }
     let note = format!("{}: {why}", m.name_any());
-    ctx.event(m.object_ref(&()), true, "MigrationFailed", "Migrate", note.clone());
+    ctx.event(
+        m.object_ref(&()),
+        true,
+        "MigrationFailed",
+        "Migrate",
+        note.clone(),
+    );
     ctx.event(vm.object_ref(&()), true, "MigrationFailed", "Migrate", note);
     set_finalizer(ctx, m, false).await?;
     Ok(KAction::await_change())
@@ -524,7 +649,9 @@ fn spawn_switchover(
                 seq = seq.max(e.seq);
                 match e.kind {
                     Lifecycle::SuspendedForMigration | Lifecycle::SuspendedForPostCopy => {
-                        match move_address(&ctx, &address, &target_node, &[source_node.as_str()]).await {
+                        match move_address(&ctx, &address, &target_node, &[source_node.as_str()])
+                            .await
+                        {
                             Ok(()) => {
                                 let ms = unix_ns().saturating_sub(e.at_unix_ns) / 1_000_000;
                                 tracing::info!(migration = %key, switchover_ms = ms, "route flipped in the pause window");
@@ -540,10 +667,15 @@ fn spawn_switchover(
                                     )
                                     .await;
                             }
-                            Err(err) => tracing::warn!(migration = %key, error = %err, "switchover flip"),
+                            Err(err) => {
+                                tracing::warn!(migration = %key, error = %err, "switchover flip")
+                            }
                         }
                     }
-                    Lifecycle::MigratedAway | Lifecycle::Resumed | Lifecycle::Stopped | Lifecycle::Failed => {
+                    Lifecycle::MigratedAway
+                    | Lifecycle::Resumed
+                    | Lifecycle::Stopped
+                    | Lifecycle::Failed => {
                         done = true;
                     }
                     _ => {}

@@ -14,9 +14,9 @@
 pub mod index;
 pub mod leader;
 pub mod metrics;
+mod migrations;
 mod networks;
 mod operator;
-mod migrations;
 mod ovn;
 mod pods;
 pub mod vms;

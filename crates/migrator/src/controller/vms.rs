@@ -55,6 +55,9 @@ pub struct VmConfig {
     pub peer_libvirt_uri: String,
     /// The host directory for the guests' serial logs (hostPath in the launcher pods).
     pub vm_log_dir: String,
+    /// The launcher pods' PriorityClass, if any (a critical class keeps a running VM from
+    /// being evicted under node pressure).
+    pub priority_class: Option<String>,
 }
 
 /// Whether `p` is a VM launcher pod.
@@ -64,11 +67,7 @@ pub fn is_launcher(p: &Pod) -> bool {
 
 /// `namespace/name`.
 pub fn vm_key(vm: &VirtualMachine) -> String {
-    format!(
-        "{}/{}",
-        vm.namespace().unwrap_or_default(),
-        vm.name_any()
-    )
+    format!("{}/{}", vm.namespace().unwrap_or_default(), vm.name_any())
 }
 
 /// The libvirt domain name of a VM (the same on every node).
@@ -123,7 +122,8 @@ pub fn interfaces_json(vm: &VirtualMachine) -> Result<Option<String>> {
             if let Some(m) = i.metric {
                 f["metric"] = json!(m);
             }
-            let mut r = json!({"mode": i.mode.clone().unwrap_or_else(|| "overlay".into()), "interface": f});
+            let mut r =
+                json!({"mode": i.mode.clone().unwrap_or_else(|| "overlay".into()), "interface": f});
             if let Some(n) = &i.network {
                 r["network"] = json!(n);
             }
@@ -240,13 +240,17 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
     ];
     let mut mounts = vec![
         json!({"name": "libvirt", "mountPath": "/run/libvirt"}),
+        // libvirt's client looks under /var/run (its LOCALSTATEDIR), not a symlink in every image
+        json!({"name": "libvirt", "mountPath": "/var/run/libvirt"}),
         json!({"name": "openvswitch", "mountPath": "/run/openvswitch"}),
         json!({"name": "logs", "mountPath": cfg.vm_log_dir}),
         json!({"name": "token", "mountPath": TOKEN_DIR, "readOnly": true}),
         json!({"name": "state", "mountPath": STATE_DIR}),
     ];
     for (i, d) in host_dirs.iter().enumerate() {
-        volumes.push(json!({"name": format!("boot{i}"), "hostPath": {"path": d, "type": "Directory"}}));
+        volumes.push(
+            json!({"name": format!("boot{i}"), "hostPath": {"path": d, "type": "Directory"}}),
+        );
         mounts.push(json!({"name": format!("boot{i}"), "mountPath": d, "readOnly": true}));
     }
     let mut annotations = BTreeMap::new();
@@ -266,6 +270,7 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         },
         "spec": {
             "nodeName": l.node,
+            "priorityClassName": cfg.priority_class,
             "hostNetwork": true,
             "dnsPolicy": "ClusterFirstWithHostNet",
             "restartPolicy": "Always",
@@ -302,7 +307,10 @@ pub(super) async fn run(ctx: Arc<Context>) {
         None => Api::all(ctx.client.clone()),
     };
     Controller::new(api, watcher::Config::default())
-        .owns(pods, watcher::Config::default().labels(&format!("{LAUNCHER_LABEL}=true")))
+        .owns(
+            pods,
+            watcher::Config::default().labels(&format!("{LAUNCHER_LABEL}=true")),
+        )
         .with_config(ControllerConfig::default().concurrency(ctx.config.concurrency))
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|r| async move {
@@ -403,7 +411,12 @@ pub(super) async fn token(ctx: &Context, vm: &VirtualMachine) -> Result<String> 
 }
 
 /// A shim client for the VM on `node_ip`.
-pub(super) fn client(vm: &VirtualMachine, node_ip: &str, port: u16, token: &str) -> Result<ShimClient> {
+pub(super) fn client(
+    vm: &VirtualMachine,
+    node_ip: &str,
+    port: u16,
+    token: &str,
+) -> Result<ShimClient> {
     ShimClient::new(&shim_url(node_ip, port), token).map_err(|source| Error::Shim {
         vm: vm_key(vm),
         source,
@@ -466,7 +479,13 @@ async fn patch_status(ctx: &Context, vm: &VirtualMachine, st: &VirtualMachineSta
     Ok(())
 }
 
-fn condition(type_: &str, ok: bool, reason: &str, message: &str, generation: Option<i64>) -> Condition {
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) -> Condition {
     Condition {
         type_: type_.into(),
         status: if ok { "True" } else { "False" }.into(),
@@ -527,11 +546,17 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action>
     let Some(node_ip) = ready_node_ip(&ctx, &node).await? else {
         st.phase = VmPhase::Scheduling;
         let msg = format!("node {node} does not exist or is not Ready");
-        set_condition(&mut st.conditions, condition("Ready", false, "NodeNotReady", &msg, gen_));
+        set_condition(
+            &mut st.conditions,
+            condition("Ready", false, "NodeNotReady", &msg, gen_),
+        );
         patch_status(&ctx, &vm, &st).await?;
         return Ok(Action::requeue(Duration::from_secs(5)));
     };
-    let pod_name = st.pod.clone().unwrap_or_else(|| format!("{}-launcher", vm.name_any()));
+    let pod_name = st
+        .pod
+        .clone()
+        .unwrap_or_else(|| format!("{}-launcher", vm.name_any()));
     let pod_key = format!("{ns}/{pod_name}");
     // the Address, claimed (or reused) on the node before the pod exists
     let mut anns = BTreeMap::new();
@@ -587,7 +612,10 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action>
                 false,
                 "LauncherCreated",
                 "Start",
-                format!("launcher pod {pod_name} on {node}, {} {}", address.spec.ip, address.spec.mac),
+                format!(
+                    "launcher pod {pod_name} on {node}, {} {}",
+                    address.spec.ip, address.spec.mac
+                ),
             );
             created
         }
@@ -617,18 +645,36 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action>
     let was = st.phase;
     if running {
         st.phase = VmPhase::Running;
-        set_condition(&mut st.conditions, condition("Ready", true, "Running", &format!("runs on {node}"), gen_));
+        set_condition(
+            &mut st.conditions,
+            condition("Ready", true, "Running", &format!("runs on {node}"), gen_),
+        );
     } else {
         st.phase = if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") {
             VmPhase::Failed
         } else {
             VmPhase::Starting
         };
-        set_condition(&mut st.conditions, condition("Ready", false, "Starting", &format!("launcher pod {pod_name} on {node} is starting"), gen_));
+        set_condition(
+            &mut st.conditions,
+            condition(
+                "Ready",
+                false,
+                "Starting",
+                &format!("launcher pod {pod_name} on {node} is starting"),
+                gen_,
+            ),
+        );
     }
     patch_status(&ctx, &vm, &st).await?;
     if was != VmPhase::Running && st.phase == VmPhase::Running {
-        ctx.event(vm.object_ref(&()), false, "Running", "Start", format!("runs on {node}"));
+        ctx.event(
+            vm.object_ref(&()),
+            false,
+            "Running",
+            "Start",
+            format!("runs on {node}"),
+        );
     }
     Ok(if running {
         Action::requeue(Duration::from_secs(30))
@@ -638,12 +684,23 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action>
 }
 
 /// Bad input: Failed with the reason in status and a Warning Event; nothing created.
-async fn refuse(ctx: &Context, vm: &VirtualMachine, mut st: VirtualMachineStatus, e: Error) -> Result<Action> {
+async fn refuse(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    mut st: VirtualMachineStatus,
+    e: Error,
+) -> Result<Action> {
     let msg = e.to_string();
     tracing::warn!(vm = %vm_key(vm), error = %msg, "vm refused");
-    let had = st.conditions.iter().any(|c| c.type_ == "Ready" && c.message == msg);
+    let had = st
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.message == msg);
     st.phase = VmPhase::Failed;
-    set_condition(&mut st.conditions, condition("Ready", false, e.reason(), &msg, vm.metadata.generation));
+    set_condition(
+        &mut st.conditions,
+        condition("Ready", false, e.reason(), &msg, vm.metadata.generation),
+    );
     patch_status(ctx, vm, &st).await?;
     if !had {
         ctx.event(vm.object_ref(&()), true, e.reason(), "Start", msg);
@@ -661,9 +718,24 @@ async fn trigger_migration(ctx: &Context, vm: &VirtualMachine, value: &str) -> R
         Err(e) => {
             let msg = e.to_string();
             tracing::warn!(vm = %vm_key(vm), error = %msg, "migration refused");
-            ctx.event(vm.object_ref(&()), true, "MigrationRejected", "Migrate", msg.clone());
+            ctx.event(
+                vm.object_ref(&()),
+                true,
+                "MigrationRejected",
+                "Migrate",
+                msg.clone(),
+            );
             let mut st = vm.status.clone().unwrap_or_default();
-            set_condition(&mut st.conditions, condition("MigrationRequest", false, "InvalidAnnotation", &msg, vm.metadata.generation));
+            set_condition(
+                &mut st.conditions,
+                condition(
+                    "MigrationRequest",
+                    false,
+                    "InvalidAnnotation",
+                    &msg,
+                    vm.metadata.generation,
+                ),
+            );
             patch_status(ctx, vm, &st).await?;
             None
         }
@@ -744,6 +816,7 @@ mod tests {
             shim_ports: (17100, 17199),
             peer_libvirt_uri: "qemu+tcp://{ip}/system".into(),
             vm_log_dir: "/var/log/roam".into(),
+            priority_class: None,
         }
     }
 
