@@ -362,6 +362,24 @@ async fn reconcile(
     let on_target = target_status
         .as_ref()
         .is_some_and(|s| s.domain == DomainState::Running && s.last_incoming.is_some());
+    if on_target
+        && let Some(inc) = target_status
+            .as_ref()
+            .and_then(|s| s.last_incoming.as_ref())
+    {
+        // libvirt's completed job as the target saw it (the source's job may not say so yet)
+        if let Some(d) = inc.stats.downtime_ms {
+            st.downtime_ms = Some(d);
+            st.downtime = Some(format!("{d}ms"));
+        }
+        if let Some(e) = inc.stats.elapsed_ms {
+            st.job_ms = Some(e);
+        }
+        if let Some(p) = st.progress.as_mut() {
+            p.percent = Some("100%".into());
+            p.memory_remaining = 0;
+        }
+    }
     let guest = if on_target {
         GuestAt::Target
     } else if source_status

@@ -75,8 +75,8 @@ pub fn domain_name(ns: &str, vm: &str) -> String {
     format!("{ns}_{vm}")
 }
 
-/// A tap name (≤ 15 bytes) for launcher pod `pod`: unique per pod, so a terminating pod and
-/// its successor on one node never share one.
+/// A tap name (≤ 15 bytes) for a VM (`namespace/name`): the same on every node, since the
+/// migrated domain's XML names its tap and the target's libvirt expects that device.
 pub fn tap_name(pod: &str) -> String {
     // FNV-1a: stable across versions, no dependency
     let mut h: u64 = 0xcbf29ce484222325;
@@ -211,7 +211,7 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
     args.extend(
         [
             ("mac", l.mac.to_string()),
-            ("tap", tap_name(&l.pod)),
+            ("tap", tap_name(&vm_key(vm))),
             ("ovn-port", l.ovn_port.clone()),
             ("serial-log", serial),
             ("node", l.node.to_string()),
