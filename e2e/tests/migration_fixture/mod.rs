@@ -130,7 +130,21 @@ impl Fixture {
                 &format!("roam.dev/network={NET}"),
             ],
         );
+        let tap = roam_migrator::controller::vms::tap_name(&format!("{NS}/{VM}"));
         for n in ["node-a", "node-b"] {
+            // a launcher killed without its shim's shutdown leaves the tap and its OVS port
+            let node = lab.node(n);
+            let _ = try_run(
+                "ovs-vsctl",
+                &[
+                    &format!("--db={}", node.ovs_db),
+                    "--if-exists",
+                    "del-port",
+                    "br-int",
+                    &tap,
+                ],
+            );
+            let _ = try_run("ip", &["-n", &node.netns, "link", "del", &tap]);
             let _ = try_run(
                 "virsh",
                 &["-c", &lab.node(n).libvirt, "destroy", &format!("{NS}_{VM}")],

@@ -387,8 +387,6 @@ async fn reconcile(
         .is_some_and(|s| matches!(s.domain, DomainState::Running | DomainState::Paused))
     {
         GuestAt::Source
-    } else if st.job_id.is_none() && !source_pod_exists {
-        GuestAt::Unknown
     } else {
         GuestAt::Unknown
     };
