@@ -50,7 +50,7 @@ if [ "$(cat "$OUT/launcher.stamp" 2>/dev/null)" != "$stamp" ] || [ ! -f "$OUT/la
   mkdir -p "$R/usr/bin"
   cp "$SHIM" "$R/usr/bin/roam-shim"
   # the shim's shared libraries (libvirt client and its dependencies), at the same paths
-  for lib in $(ldd "$SHIM" | awk '/=>/ {print $3} /^\s*\/lib/ {print $1}' | sort -u); do
+  for lib in $(ldd "$SHIM" | awk '/=>/ {print $3} /^[ \t]*\/lib/ {print $1}' | sort -u); do
     mkdir -p "$R$(dirname "$lib")"
     cp -L "$lib" "$R$lib"
   done

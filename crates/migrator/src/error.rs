@@ -138,6 +138,22 @@ pub enum Error {
         /// Where.
         host: String,
     },
+    /// A VirtualMachine's spec cannot be run as given.
+    #[error("virtual machine {vm}: {problem}")]
+    InvalidVm {
+        /// `namespace/name`.
+        vm: String,
+        /// What is wrong and what to do.
+        problem: String,
+    },
+    /// A VM's roam-shim did not answer or refused.
+    #[error("roam-shim of {vm}: {source}")]
+    Shim {
+        /// `namespace/name`.
+        vm: String,
+        /// The shim client's error.
+        source: roam_vm_shim::Error,
+    },
     /// A controller task ended (a bug: they run forever).
     #[error("a controller stopped unexpectedly: {0}")]
     Stopped(String),
@@ -165,6 +181,8 @@ impl Error {
             Error::Conflict(_) => "Conflict",
             Error::Stopped(_) => "Stopped",
             Error::HeldElsewhere { .. } => "HeldElsewhere",
+            Error::InvalidVm { .. } => "InvalidVirtualMachine",
+            Error::Shim { .. } => "ShimError",
         }
     }
 
@@ -181,6 +199,7 @@ impl Error {
                 | Error::Taken { .. }
                 | Error::Exhausted { .. }
                 | Error::Plan(_)
+                | Error::InvalidVm { .. }
         )
     }
 

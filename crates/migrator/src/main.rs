@@ -33,12 +33,18 @@ struct Flags {
     concurrency: u16,
     ovn_debounce_ms: u64,
     sweep_period_ms: u64,
+    launcher_image: String,
+    shim_ports: (u16, u16),
+    peer_libvirt_uri: String,
+    vm_log_dir: String,
+    launcher_priority_class: Option<String>,
 }
 
 const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] [--metrics-addr ADDR|off] \
 [--leader-elect true|false] [--lease-namespace NS] [--lease-name NAME] [--identity ID] \
 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--concurrency N] [--ovn-debounce-ms MS] \
-[--sweep-period-ms MS] | --version";
+[--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI] \
+[--peer-libvirt-uri TEMPLATE({node},{ip})] [--vm-log-dir DIR] [--launcher-priority-class NAME] | --version";
 
 fn env(flag: &str) -> Option<String> {
     std::env::var(format!("ROAM_{}", flag.replace('-', "_").to_uppercase()))
@@ -86,6 +92,11 @@ fn parse() -> anyhow::Result<Flags> {
         "concurrency",
         "ovn-debounce-ms",
         "sweep-period-ms",
+        "launcher-image",
+        "shim-ports",
+        "peer-libvirt-uri",
+        "vm-log-dir",
+        "launcher-priority-class",
     ];
     if let Some(k) = given.keys().find(|k| !known.contains(&k.as_str())) {
         bail!("unknown flag --{k}\n{USAGE}");
@@ -125,6 +136,21 @@ fn parse() -> anyhow::Result<Flags> {
         concurrency: num("concurrency", 32)?.clamp(1, 1024) as u16,
         ovn_debounce_ms: num("ovn-debounce-ms", 20)?,
         sweep_period_ms: num("sweep-period-ms", 2000)?.max(100),
+        launcher_image: get("launcher-image")
+            .unwrap_or_else(|| "lab.local/roam-launcher:dev".into()),
+        shim_ports: {
+            let v = get("shim-ports").unwrap_or_else(|| "17100-17199".into());
+            let parsed = v
+                .split_once('-')
+                .and_then(|(a, b)| Some((a.parse::<u16>().ok()?, b.parse::<u16>().ok()?)))
+                .filter(|(a, b)| *a > 0 && a <= b);
+            parsed
+                .with_context(|| format!("--shim-ports {v:?}: expected LO-HI, e.g. 17100-17199"))?
+        },
+        peer_libvirt_uri: get("peer-libvirt-uri")
+            .unwrap_or_else(|| "qemu+tcp://{ip}/system".into()),
+        vm_log_dir: get("vm-log-dir").unwrap_or_else(|| "/var/log/roam/vms".into()),
+        launcher_priority_class: get("launcher-priority-class"),
     })
 }
 
@@ -185,6 +211,13 @@ async fn main() -> anyhow::Result<()> {
         ovn_debounce: Duration::from_millis(flags.ovn_debounce_ms),
         sweep_period: Duration::from_millis(flags.sweep_period_ms),
         identity: flags.identity.clone(),
+        vm: controller::vms::VmConfig {
+            launcher_image: flags.launcher_image.clone(),
+            shim_ports: flags.shim_ports,
+            peer_libvirt_uri: flags.peer_libvirt_uri.clone(),
+            vm_log_dir: flags.vm_log_dir.clone(),
+            priority_class: flags.launcher_priority_class.clone(),
+        },
     };
     tracing::info!(identity = %flags.identity, nb = %flags.nb, leader_elect = flags.leader_elect, "roam-controller starting");
     if !flags.leader_elect {

@@ -151,6 +151,10 @@ pub struct VirtualMachineStatus {
     /// The migration in progress, if any (a VirtualMachineMigration's name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration: Option<String>,
+    /// The TCP port the VM's roam-shim serves its API on (host network, on every node the
+    /// VM runs on), allocated by the controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shim_port: Option<u16>,
     /// `Ready`, `Migrating`, and failure reasons.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

@@ -88,6 +88,9 @@ pub struct VirtualMachineMigrationStatus {
     /// Why it failed or was aborted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The source shim's job number of this migration (once started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<u64>,
     /// When it started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,

@@ -14,10 +14,12 @@
 pub mod index;
 pub mod leader;
 pub mod metrics;
+mod migrations;
 mod networks;
 mod operator;
 mod ovn;
 mod pods;
+pub mod vms;
 mod watch;
 
 use std::collections::HashMap;
@@ -60,6 +62,8 @@ pub struct Config {
     pub sweep_period: Duration,
     /// This instance's identity (Events' reporting instance).
     pub identity: String,
+    /// Launcher pods (VM controller).
+    pub vm: vms::VmConfig,
 }
 
 /// Shared by every controller.
@@ -201,6 +205,8 @@ pub async fn run(
     tasks.spawn(ovn::resync(ctx.clone()));
     tasks.spawn(ovn::route_flips(ctx.clone(), flips_rx));
     tasks.spawn(pods::run(ctx.clone()));
+    tasks.spawn(vms::run(ctx.clone()));
+    tasks.spawn(migrations::run(ctx.clone()));
     tokio::select! {
         _ = stop => Ok(()),
         r = tasks.join_next() => Err(crate::Error::Stopped(format!("{r:?}"))),

@@ -34,7 +34,9 @@ use crate::error::{Error, Result};
 pub fn live_owner(p: &Pod) -> Option<String> {
     let spec = p.spec.as_ref()?;
     spec.node_name.as_ref()?;
-    if spec.host_network == Some(true) {
+    // a VM's launcher pod is host-network but holds its VM's address (the VM controller
+    // claims it)
+    if spec.host_network == Some(true) && !super::vms::is_launcher(p) {
         return None;
     }
     if let Some(phase) = p.status.as_ref().and_then(|s| s.phase.as_deref())
@@ -88,6 +90,10 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         // not scheduled yet, host network, or finished (the sweep soft-deletes its address)
         return Ok(Action::await_change());
     };
+    if super::vms::is_launcher(&pod) {
+        // the VM controller claims a launcher pod's address before creating the pod
+        return Ok(Action::await_change());
+    }
     if pod.metadata.deletion_timestamp.is_some() {
         // still running while it terminates: its address stays until it is gone
         return Ok(Action::await_change());
@@ -252,7 +258,7 @@ impl Drop for Inflight {
 }
 
 /// Claim or reuse the Address of one interface.
-async fn claim(
+pub(super) async fn claim(
     ctx: &Arc<Context>,
     pod: &str,
     owner: &str,

@@ -18,6 +18,28 @@ use crate::error::{Error, Result};
 
 /// The label (or annotation) of a VM launcher pod naming its VirtualMachine, `namespace/name`.
 pub const VM_LABEL: &str = "roam.dev/vm";
+/// The annotation on an Address listing (comma-separated) the nodes where its port exists
+/// too, besides its `host`: a live migration's target before switchover, its source after.
+pub const ALSO_ON: &str = "roam.dev/also-on";
+
+/// The nodes of an Address's [`ALSO_ON`] annotation (without its host, sorted, no repeats).
+pub fn also_on(a: &Address) -> Vec<String> {
+    let host = a.spec.host.as_deref().unwrap_or_default();
+    let set: BTreeSet<String> = a
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|m| m.get(ALSO_ON))
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty() && *n != host)
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    set.into_iter().collect()
+}
 
 /// Who holds a pod's addresses: the VirtualMachine (`namespace/name`, from [`VM_LABEL`] as a
 /// label or an annotation) for a VM launcher pod — both launcher pods of a migration share
@@ -432,8 +454,11 @@ pub fn desired_ports<'a>(
             name,
             mac,
             ip,
+            also_on: also_on(a)
+                .into_iter()
+                .filter(|n| nodes.contains(n))
+                .collect(),
             node: host,
-            also_on: vec![],
             dhcp: a.spec.dhcp,
             marking,
         });

@@ -1,0 +1,706 @@
+//! The migration controller: thin I/O around [`crate::migration::step`]. Each reconcile
+//! observes (the VM, the target pod and its shim, the source shim's job and domain, where
+//! the Address's host points), steps, performs the idempotent actions and writes status.
+//!
+//! The switchover does not wait for a reconcile: once the copy starts, a task long-polls the
+//! source shim's events and flips the route (Address host = target, the route controller's
+//! fast `flip_route`) as soon as `suspended-for-migration` arrives, inside the pause window;
+//! `switchoverMs` is the time from that event to the Address write.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action as KAction, Config as ControllerConfig};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Resource, ResourceExt};
+use roam_vm_shim::api::{DomainState, JobState, MigrateRequest, Status};
+use roam_vm_shim::events::Lifecycle;
+use serde_json::json;
+
+use super::Context;
+use super::vms::{self, LauncherSpec, vm_address, vm_key};
+use crate::api::{
+    Address, Progress, VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus,
+    VmPhase,
+};
+use crate::core::claim::{ALSO_ON, also_on};
+use crate::error::{Error, Result};
+use crate::migration::{Action, GuestAt, Job, Observed, Phase, PodState, RouteAt, step};
+
+/// The finalizer that lets a deleted migration abort first.
+pub const FINALIZER: &str = "roam.dev/migration";
+
+pub(super) async fn run(ctx: Arc<Context>) {
+    let api: Api<VirtualMachineMigration> = match &ctx.config.pod_namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let watching = Arc::new(Mutex::new(BTreeSet::new()));
+    Controller::new(api, watcher::Config::default())
+        .with_config(ControllerConfig::default().concurrency(ctx.config.concurrency))
+        .run(
+            move |m, c| reconcile(m, c, watching.clone()),
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "migration reconcile");
+            }
+        })
+        .await;
+}
+
+fn error_policy(m: Arc<VirtualMachineMigration>, e: &Error, ctx: Arc<Context>) -> KAction {
+    tracing::warn!(migration = %m.name_any(), error = %e, "migration reconcile failed; retrying");
+    ctx.metrics.count("migration_errors", e.reason());
+    KAction::requeue(Duration::from_secs(1))
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or_default()
+}
+
+/// Write `host` and `also-on` of the VM's Address (resourceVersion precondition, retried on
+/// fresh data); the index sees the move and the route controller flips the /32 at once.
+async fn move_address(ctx: &Arc<Context>, name: &str, host: &str, also: &[&str]) -> Result<()> {
+    let api: Api<Address> = Api::all(ctx.client.clone());
+    for _ in 0..8 {
+        let mut a = api.get(name).await?;
+        let want_also: Vec<String> = also.iter().map(|s| s.to_string()).collect();
+        if a.spec.host.as_deref() == Some(host) && also_on(&a) == want_also {
+            ctx.upsert(a);
+            return Ok(());
+        }
+        a.spec.host = Some(host.into());
+        if want_also.is_empty() {
+            a.annotations_mut().remove(ALSO_ON);
+        } else {
+            a.annotations_mut()
+                .insert(ALSO_ON.into(), want_also.join(","));
+        }
+        match api.replace(name, &PostParams::default(), &a).await {
+            Ok(w) => {
+                ctx.upsert(w.clone());
+                super::ovn::request(ctx, &w.spec.network);
+                return Ok(());
+            }
+            Err(e) if Error::is_conflict(&e) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Error::Conflict(format!(
+        "address {name}: 8 writes in a row lost their race"
+    )))
+}
+
+async fn patch_status(
+    ctx: &Context,
+    m: &VirtualMachineMigration,
+    st: &VirtualMachineMigrationStatus,
+) -> Result<()> {
+    if m.status.as_ref() == Some(st) {
+        return Ok(());
+    }
+    let api: Api<VirtualMachineMigration> =
+        Api::namespaced(ctx.client.clone(), &m.namespace().unwrap_or_default());
+    match api
+        .patch_status(
+            &m.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": st})),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if Error::is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn patch_vm_status(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    patch: serde_json::Value,
+) -> Result<()> {
+    let api: Api<VirtualMachine> =
+        Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
+    api.patch_status(
+        &vm.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": patch})),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn set_finalizer(ctx: &Context, m: &VirtualMachineMigration, on: bool) -> Result<()> {
+    let mut f: Vec<String> = m.finalizers().to_vec();
+    let has = f.iter().any(|x| x == FINALIZER);
+    if has == on {
+        return Ok(());
+    }
+    if on {
+        f.push(FINALIZER.into());
+    } else {
+        f.retain(|x| x != FINALIZER);
+    }
+    let api: Api<VirtualMachineMigration> =
+        Api::namespaced(ctx.client.clone(), &m.namespace().unwrap_or_default());
+    match api
+        .patch(
+            &m.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"metadata": {"finalizers": f, "resourceVersion": m.resource_version()}}),
+            ),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if Error::is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn reconcile(
+    m: Arc<VirtualMachineMigration>,
+    ctx: Arc<Context>,
+    watching: Arc<Mutex<BTreeSet<String>>>,
+) -> Result<KAction> {
+    ctx.wait_synced().await;
+    let ns = m.namespace().unwrap_or_default();
+    let mname = m.name_any();
+    // decide on the object as it is now, not on a cached copy older than our last write
+    let api: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(m) = api.get_opt(&mname).await?.map(Arc::new) else {
+        return Ok(KAction::await_change());
+    };
+    let mut st = m.status.clone().unwrap_or_default();
+    let deleted = m.metadata.deletion_timestamp.is_some();
+    if st.phase.is_terminal() && deleted {
+        set_finalizer(&ctx, &m, false).await?;
+        return Ok(KAction::await_change());
+    }
+    if !st.phase.is_terminal() && !deleted {
+        set_finalizer(&ctx, &m, true).await?;
+    }
+    let vms_api: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let vm = vms_api.get_opt(&m.spec.vm).await?;
+    // --- Pending: validate, record source and target
+    let mut invalid: Option<String> = None;
+    if st.phase == Phase::Pending {
+        st.start_time.get_or_insert_with(now);
+        match &vm {
+            None => invalid = Some(format!("VirtualMachine {ns}/{} does not exist", m.spec.vm)),
+            Some(v) => {
+                let vs = v.status.clone().unwrap_or_default();
+                let source = vs.node.clone();
+                st.source_node = source.clone();
+                st.source_pod = vs.pod.clone();
+                st.target_node = m.spec.target_node.clone();
+                match (&m.spec.target_node, &source) {
+                    _ if !(vs.phase == VmPhase::Running
+                        || (vs.phase == VmPhase::Migrating && vs.migration.as_deref() == Some(mname.as_str())))
+                        || vs.migration.as_deref().is_some_and(|x| x != mname) =>
+                    {
+                        invalid = Some(match &vs.migration {
+                            Some(other) if other != &mname => format!("migration {other} of this VM is under way; wait for it to end"),
+                            _ => format!("the VM is {:?}, not Running", vs.phase),
+                        })
+                    }
+                    (None, _) => invalid = Some("no target node: set spec.targetNode (or annotate roam.dev/migrate-to=NODE|auto with another Ready node)".into()),
+                    (Some(t), Some(s)) if t == s => invalid = Some(format!("the VM already runs on {t}; name another node")),
+                    (Some(t), _) => {
+                        if vms::ready_node_ip(&ctx, t).await?.is_none() {
+                            invalid = Some(format!("target node {t} does not exist or is not Ready"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let Some(vm) = vm else {
+        st.phase = Phase::Failed;
+        st.reason = invalid.or(Some("the VirtualMachine is gone".into()));
+        patch_status(&ctx, &m, &st).await?;
+        set_finalizer(&ctx, &m, false).await?;
+        return Ok(KAction::await_change());
+    };
+    let vst = vm.status.clone().unwrap_or_default();
+    if invalid.is_none()
+        && !st.phase.is_terminal()
+        && vst.migration.as_deref() != Some(mname.as_str())
+    {
+        // claim the VM for this migration
+        patch_vm_status(
+            &ctx,
+            &vm,
+            json!({"migration": mname, "phase": VmPhase::Migrating}),
+        )
+        .await?;
+    }
+    let (Some(source), Some(target)) = (st.source_node.clone(), st.target_node.clone()) else {
+        return finish_invalid(
+            &ctx,
+            &m,
+            &vm,
+            st,
+            invalid.unwrap_or("no source or target node".into()),
+        )
+        .await;
+    };
+    if let Some(why) = invalid {
+        return finish_invalid(&ctx, &m, &vm, st, why).await;
+    }
+    let port = vst.shim_port.unwrap_or_default();
+    let token = vms::token(&ctx, &vm).await?;
+    let source_ip = vms::ready_node_ip(&ctx, &source).await?.unwrap_or_default();
+    let target_ip = vms::ready_node_ip(&ctx, &target).await?;
+    let target_pod_name = st
+        .target_pod
+        .clone()
+        .unwrap_or_else(|| format!("{mname}-target"));
+    st.target_pod = Some(target_pod_name.clone());
+    let address = vm_address(&ctx, &vm);
+    // --- observe
+    let target_pod = pods.get_opt(&target_pod_name).await?;
+    let target_status: Option<Status> = match (&target_pod, &target_ip) {
+        (Some(p), Some(ip))
+            if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") =>
+        {
+            vms::client(&vm, ip, port, &token)?.status().await.ok()
+        }
+        _ => None,
+    };
+    let pod_state = match &target_pod {
+        None => PodState::Absent,
+        Some(p) if p.metadata.deletion_timestamp.is_some() => PodState::Absent,
+        Some(p) if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed") => {
+            PodState::Failed(format!("pod {target_pod_name} failed"))
+        }
+        Some(_) if target_status.is_some() => PodState::Ready,
+        Some(_) => PodState::Starting,
+    };
+    let source_pod_exists = match &st.source_pod {
+        Some(p) => pods
+            .get_opt(p)
+            .await?
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+        None => false,
+    };
+    let source_client = vms::client(&vm, &source_ip, port, &token)?;
+    let source_status = if source_pod_exists {
+        source_client.status().await.ok()
+    } else {
+        None
+    };
+    let job = match (&source_status, st.job_id) {
+        (_, None) => Job::None,
+        (None, Some(_)) => Job::Unknown,
+        (Some(s), Some(id)) => match s.job.as_ref().filter(|j| j.id == id) {
+            None => Job::Unknown,
+            Some(j) => match j.state {
+                JobState::Preparing | JobState::Running => {
+                    if s.domain == DomainState::Paused {
+                        Job::Paused
+                    } else {
+                        Job::Running
+                    }
+                }
+                JobState::Completed => Job::Completed,
+                JobState::Aborted | JobState::Failed => {
+                    Job::Failed(j.error.clone().unwrap_or_else(|| format!("{:?}", j.state)))
+                }
+            },
+        },
+    };
+    if let Some(j) = source_status
+        .as_ref()
+        .and_then(|s| s.job.as_ref())
+        .filter(|j| Some(j.id) == st.job_id)
+    {
+        let s = &j.stats;
+        let total = s.data_total.unwrap_or_default();
+        let processed = s.data_processed.unwrap_or_default();
+        st.progress = Some(Progress {
+            percent: Some(if j.state == JobState::Completed {
+                "100%".into()
+            } else {
+                Progress::percent_of(processed, total)
+            }),
+            memory_total: total,
+            memory_processed: processed,
+            memory_remaining: s.data_remaining.unwrap_or_default(),
+            iteration: s.iteration.unwrap_or_default(),
+            dirty_rate: s.dirty_rate_pages_s.unwrap_or_default(),
+        });
+        if j.state == JobState::Completed {
+            if let Some(d) = s.downtime_ms {
+                st.downtime_ms = Some(d);
+                st.downtime = Some(format!("{d}ms"));
+            }
+            st.job_ms = s.elapsed_ms.or_else(|| {
+                j.finished_unix_ns
+                    .map(|f| (f.saturating_sub(j.started_unix_ns)) / 1_000_000)
+            });
+        }
+    }
+    let on_target = target_status
+        .as_ref()
+        .is_some_and(|s| s.domain == DomainState::Running && s.last_incoming.is_some());
+    if on_target
+        && let Some(inc) = target_status
+            .as_ref()
+            .and_then(|s| s.last_incoming.as_ref())
+    {
+        // libvirt's completed job as the target saw it (the source's job may not say so yet)
+        if let Some(d) = inc.stats.downtime_ms {
+            st.downtime_ms = Some(d);
+            st.downtime = Some(format!("{d}ms"));
+        }
+        if let Some(e) = inc.stats.elapsed_ms {
+            st.job_ms = Some(e);
+        }
+        if let Some(p) = st.progress.as_mut() {
+            p.percent = Some("100%".into());
+            p.memory_remaining = 0;
+        }
+    }
+    let guest = if on_target {
+        GuestAt::Target
+    } else if source_status
+        .as_ref()
+        .is_some_and(|s| matches!(s.domain, DomainState::Running | DomainState::Paused))
+    {
+        GuestAt::Source
+    } else {
+        GuestAt::Unknown
+    };
+    let route = match address.as_ref().and_then(|a| a.spec.host.clone()) {
+        Some(h) if h == target => RouteAt::Target,
+        _ => RouteAt::Source,
+    };
+    let target_port = address.as_ref().is_some_and(|a| {
+        also_on(a).contains(&target) || a.spec.host.as_deref() == Some(target.as_str())
+    });
+    let timed_out = m.spec.timeout_seconds.is_some_and(|t| {
+        st.start_time
+            .as_ref()
+            .is_some_and(|s| (k8s_openapi::jiff::Timestamp::now() - s.0).get_seconds() > t as i64)
+    });
+    let o = Observed {
+        invalid: None,
+        deleted,
+        timed_out,
+        target_pod: pod_state,
+        target_port,
+        source_pod: source_pod_exists,
+        job,
+        guest,
+        route,
+    };
+    let was = st.phase;
+    let d = step(st.phase, &o);
+    tracing::debug!(migration = %mname, ?o, ?d, "step");
+    let addr_name = address
+        .as_ref()
+        .and_then(|a| a.metadata.name.clone())
+        .unwrap_or_default();
+    // --- act
+    for a in &d.actions {
+        match a {
+            Action::CreateTarget => {
+                let Some(ip) = &target_ip else { continue };
+                let Some(addr) = &address else { continue };
+                move_address(&ctx, &addr_name, &source, &[target.as_str()]).await?;
+                let t = super::ovn::request(&ctx, &addr.spec.network);
+                super::ovn::wait(&ctx, &addr.spec.network, t).await?;
+                if target_pod.is_none() {
+                    let l = LauncherSpec {
+                        pod: target_pod_name.clone(),
+                        node: &target,
+                        node_ip: ip,
+                        mode: "incoming",
+                        migration: Some(&mname),
+                        mac: &addr.spec.mac,
+                        ovn_port: roam_network::topology::workload_port(&addr_name, &target),
+                        port,
+                    };
+                    let pod = vms::launcher_pod(&ctx.config.vm, &vm, &l)?;
+                    match pods.create(&PostParams::default(), &pod).await {
+                        Ok(_) => {}
+                        Err(e) if Error::is_conflict(&e) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            Action::StartMigration => {
+                let Some(ip) = &target_ip else { continue };
+                let req = MigrateRequest {
+                    target: vms::shim_url(ip, port),
+                    target_token: token.clone(),
+                    bandwidth_mib_s: m.spec.bandwidth_mib_per_second,
+                    max_downtime_ms: m.spec.max_downtime_ms,
+                    auto_converge: m.spec.auto_converge,
+                    post_copy: m.spec.allow_post_copy,
+                    timeout_s: m.spec.timeout_seconds,
+                };
+                // the events after this point are this job's
+                let after = source_client
+                    .events(0, Duration::ZERO)
+                    .await
+                    .map(|e| e.events.last().map(|e| e.seq).unwrap_or(0))
+                    .unwrap_or(0);
+                let job = source_client
+                    .migrate(&req)
+                    .await
+                    .map_err(|source| Error::Shim {
+                        vm: vm_key(&vm),
+                        source,
+                    })?;
+                st.job_id = Some(job.id);
+                // record the job before anything else can happen
+                patch_status(&ctx, &m, &st).await?;
+                spawn_switchover(
+                    &ctx,
+                    &m,
+                    &source_client,
+                    after,
+                    &addr_name,
+                    &source,
+                    &target,
+                    &watching,
+                );
+            }
+            Action::AbortMigration => {
+                if let Err(e) = source_client.abort().await {
+                    tracing::warn!(migration = %mname, error = %e, "abort");
+                }
+            }
+            Action::RouteToTarget => {
+                move_address(&ctx, &addr_name, &target, &[source.as_str()]).await?;
+            }
+            Action::RouteToSource => {
+                move_address(&ctx, &addr_name, &source, &[target.as_str()]).await?;
+            }
+            Action::DeleteSource => {
+                // the VM is the target's now, then the source pod goes
+                patch_vm_status(&ctx, &vm, json!({"node": target, "pod": target_pod_name})).await?;
+                if let Some(p) = &st.source_pod {
+                    match pods.delete(p, &DeleteParams::default()).await {
+                        Ok(_) => {}
+                        Err(e) if Error::is_not_found(&e) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            Action::DeleteTarget => {
+                match pods
+                    .delete(&target_pod_name, &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if Error::is_not_found(&e) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                if !addr_name.is_empty() && o.route == RouteAt::Source {
+                    move_address(&ctx, &addr_name, &source, &[]).await?;
+                }
+            }
+        }
+    }
+    st.phase = d.phase;
+    if d.reason.is_some() {
+        st.reason = d.reason.clone();
+    }
+    if st.phase.is_terminal() {
+        st.completion_time.get_or_insert_with(now);
+        // the world settled: the port lives only where the guest runs (and, until the
+        // source pod is gone, on the source too)
+        if !addr_name.is_empty() {
+            if st.phase == Phase::Succeeded {
+                let also: Vec<&str> = if source_pod_exists {
+                    vec![source.as_str()]
+                } else {
+                    vec![]
+                };
+                move_address(&ctx, &addr_name, &target, &also).await?;
+            } else if o.guest == GuestAt::Source {
+                move_address(&ctx, &addr_name, &source, &[]).await?;
+            }
+        }
+        if vst.migration.as_deref() == Some(mname.as_str()) {
+            let (node, pod) = if st.phase == Phase::Succeeded {
+                (target.clone(), target_pod_name.clone())
+            } else {
+                (source.clone(), st.source_pod.clone().unwrap_or_default())
+            };
+            patch_vm_status(
+                &ctx,
+                &vm,
+                json!({"migration": null, "phase": VmPhase::Running, "node": node, "pod": pod}),
+            )
+            .await?;
+        }
+    }
+    patch_status(&ctx, &m, &st).await?;
+    if was != st.phase {
+        let warn = matches!(st.phase, Phase::Failed | Phase::Aborted);
+        let note = match (&st.reason, st.phase) {
+            (Some(r), Phase::Failed | Phase::Aborted) => format!("{mname}: {:?}: {r}", st.phase),
+            _ if st.phase == Phase::Succeeded => format!(
+                "{mname}: {source} → {target}, downtime {} ms, switchover {} ms",
+                st.downtime_ms.map(|d| d.to_string()).unwrap_or("?".into()),
+                st.switchover_ms
+                    .map(|d| d.to_string())
+                    .unwrap_or("?".into())
+            ),
+            _ => format!("{mname}: {:?}", st.phase),
+        };
+        tracing::info!(migration = %mname, from = ?was, to = ?st.phase, reason = ?st.reason, "migration phase");
+        let reason = format!("Migration{:?}", st.phase);
+        ctx.event(m.object_ref(&()), warn, &reason, "Migrate", note.clone());
+        ctx.event(vm.object_ref(&()), warn, &reason, "Migrate", note);
+    }
+    if st.phase.is_terminal() {
+        if deleted || d.actions.is_empty() {
+            set_finalizer(&ctx, &m, false).await?;
+        }
+        return Ok(if d.actions.is_empty() {
+            KAction::await_change()
+        } else {
+            KAction::requeue(Duration::from_millis(300))
+        });
+    }
+    Ok(KAction::requeue(Duration::from_millis(300)))
+}
+
+async fn finish_invalid(
+    ctx: &Context,
+    m: &VirtualMachineMigration,
+    vm: &VirtualMachine,
+    mut st: VirtualMachineMigrationStatus,
+    why: String,
+) -> Result<KAction> {
+    tracing::warn!(migration = %m.name_any(), reason = %why, "migration refused");
+    st.phase = Phase::Failed;
+    st.reason = Some(why.clone());
+    st.completion_time.get_or_insert_with(now);
+    patch_status(ctx, m, &st).await?;
+    if vm.status.as_ref().and_then(|s| s.migration.as_deref()) == Some(m.name_any().as_str()) {
+        patch_vm_status(
+            ctx,
+            vm,
+            json!({"migration": null, "phase": VmPhase::Running}),
+        )
+        .await?;
+    }
+    let note = format!("{}: {why}", m.name_any());
+    ctx.event(
+        m.object_ref(&()),
+        true,
+        "MigrationFailed",
+        "Migrate",
+        note.clone(),
+    );
+    ctx.event(vm.object_ref(&()), true, "MigrationFailed", "Migrate", note);
+    set_finalizer(ctx, m, false).await?;
+    Ok(KAction::await_change())
+}
+
+/// Long-poll the source shim's events; at `suspended-for-migration` flip the route to the
+/// target at once and record how long that took.
+#[allow(clippy::too_many_arguments)]
+fn spawn_switchover(
+    ctx: &Arc<Context>,
+    m: &VirtualMachineMigration,
+    source: &roam_vm_shim::client::ShimClient,
+    after: u64,
+    address: &str,
+    source_node: &str,
+    target_node: &str,
+    watching: &Arc<Mutex<BTreeSet<String>>>,
+) {
+    let key = format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any());
+    if !watching.lock().expect("watching lock").insert(key.clone()) {
+        return;
+    }
+    let (ctx, client, address, source_node, target_node, watching) = (
+        ctx.clone(),
+        source.clone(),
+        address.to_string(),
+        source_node.to_string(),
+        target_node.to_string(),
+        watching.clone(),
+    );
+    let m = m.clone();
+    tokio::spawn(async move {
+        let mut seq = after;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
+        while tokio::time::Instant::now() < deadline {
+            let evs = match client.events(seq, Duration::from_secs(25)).await {
+                Ok(e) => e.events,
+                Err(e) => {
+                    tracing::debug!(error = %e, "source events");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            let mut done = false;
+            for e in evs {
+                seq = seq.max(e.seq);
+                match e.kind {
+                    Lifecycle::SuspendedForMigration | Lifecycle::SuspendedForPostCopy => {
+                        match move_address(&ctx, &address, &target_node, &[source_node.as_str()])
+                            .await
+                        {
+                            Ok(()) => {
+                                let ms = unix_ns().saturating_sub(e.at_unix_ns) / 1_000_000;
+                                tracing::info!(migration = %key, switchover_ms = ms, "route flipped in the pause window");
+                                let api: Api<VirtualMachineMigration> = Api::namespaced(
+                                    ctx.client.clone(),
+                                    &m.namespace().unwrap_or_default(),
+                                );
+                                let _ = api
+                                    .patch_status(
+                                        &m.name_any(),
+                                        &PatchParams::default(),
+                                        &Patch::Merge(&json!({"status": {"switchoverMs": ms}})),
+                                    )
+                                    .await;
+                            }
+                            Err(err) => {
+                                tracing::warn!(migration = %key, error = %err, "switchover flip")
+                            }
+                        }
+                    }
+                    Lifecycle::MigratedAway
+                    | Lifecycle::Resumed
+                    | Lifecycle::Stopped
+                    | Lifecycle::Failed => {
+                        done = true;
+                    }
+                    _ => {}
+                }
+            }
+            if done {
+                break;
+            }
+        }
+        watching.lock().expect("watching lock").remove(&key);
+    });
+}

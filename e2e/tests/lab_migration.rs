@@ -1,0 +1,157 @@
+//! Live migration end to end on the lab, through the Kubernetes API only: roam-controller
+//! (child process) runs a VirtualMachine in a real launcher pod started by the real kubelet
+//! (roam-shim in `lab.local/roam-launcher:dev`, the node's libvirtd over the mounted socket);
+//! the guest gets its /32 lease from OVN (serial log) and answers ping and a TCP echo stream
+//! from a client namespace on OVN. `roam.dev/migrate-to=node-b` ends Succeeded with the same
+//! IP and MAC, the source pod gone, the Address's host node-b, ping answered and the TCP
+//! stream alive (no reset, every byte echoed); then it migrates back. Bad requests (a
+//! malformed annotation, a missing node, the node it is on) are refused with the reason in
+//! status and an Event, and the VM is untouched; a migration deleted mid-way (slowed by a
+//! low bandwidth) is Aborted and the VM keeps running on the source with its address.
+
+mod migration_fixture;
+
+use std::time::Duration;
+
+use migration_fixture::*;
+use roam_e2e::{Lab, wait_until};
+use serde_json::json;
+
+#[test]
+fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
+    let lab = Lab::get();
+    let b = boot(&lab);
+    let (ctl, cli_ns, ip, mac, addr) = (
+        &b.ctl,
+        &b.cli_ns,
+        b.ip.clone(),
+        b.mac.clone(),
+        b.addr.clone(),
+    );
+
+    for (to, from) in [("node-b", "node-a"), ("node-a", "node-b")] {
+        let before = vm(&lab)["status"].clone();
+        let (stream, stop) = Stream::start(&lab, cli_ns, &ip);
+        std::thread::sleep(Duration::from_millis(500));
+        let m = migrate(&lab, ctl, to);
+        let st = &m["status"];
+        assert_eq!(st["phase"], "Succeeded", "{m}\n{}", ctl.log_tail(60));
+        assert_eq!(
+            (st["sourceNode"].as_str(), st["targetNode"].as_str()),
+            (Some(from), Some(to))
+        );
+        assert!(
+            st["downtimeMs"].is_u64(),
+            "libvirt's downtime recorded: {st}"
+        );
+        assert!(
+            st["switchoverMs"].is_u64(),
+            "the route flipped in the pause window: {st}"
+        );
+        let v = wait_until(LONG, "the VM Running on the target", || {
+            let v = vm(&lab)["status"].clone();
+            (v["phase"] == "Running" && v["node"] == to && v["migration"].is_null()).then_some(v)
+        });
+        assert_eq!(v["interfaces"][0]["ip"], ip.as_str(), "same IP");
+        assert_eq!(v["interfaces"][0]["mac"], mac.as_str(), "same MAC");
+        let old_pod = before["pod"].as_str().unwrap();
+        wait_until(LONG, "the source pod gone", || {
+            get(&lab, &["-n", NS, "get", "pod", old_pod])
+                .is_none()
+                .then_some(())
+        });
+        let a = get(&lab, &["get", "address", &addr]).expect("the Address");
+        assert_eq!(a["spec"]["host"], to, "{a}");
+        wait_until(LONG, "the guest answers ping after the migration", || {
+            cli_ns.ping_once(&ip).then_some(())
+        });
+        let out = stream.stop(&stop);
+        assert!(
+            out.starts_with("OK"),
+            "the TCP stream survived the migration: {out}"
+        );
+        let ev = events_of(&lab, VM);
+        assert!(ev.contains("MigrationSucceeded"), "{ev}");
+        eprintln!(
+            "{from} → {to}: downtime {} ms, switchover {} ms, stream {out}",
+            st["downtimeMs"], st["switchoverMs"]
+        );
+    }
+
+    // bad requests: refused with the reason, the VM untouched (on node-a)
+    let here = vm(&lab)["status"].clone();
+    kubectl(
+        &lab,
+        &["-n", NS, "annotate", "vm", VM, "roam.dev/migrate-to=Node_B"],
+    );
+    wait_until(LONG, "the malformed annotation refused", || {
+        let v = vm(&lab);
+        (v["metadata"]["annotations"]["roam.dev/migrate-to"].is_null()
+            && events_of(&lab, VM).contains("MigrationRejected"))
+        .then_some(())
+    });
+    for (to, why) in [
+        ("node-z", "does not exist"),
+        ("node-a", "already runs on node-a"),
+    ] {
+        let m = migrate(&lab, ctl, to);
+        assert_eq!(m["status"]["phase"], "Failed", "{m}");
+        let reason = m["status"]["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains(why), "{reason}");
+        assert!(
+            events_of(&lab, m["metadata"]["name"].as_str().unwrap()).contains("MigrationFailed")
+        );
+    }
+    let v = vm(&lab)["status"].clone();
+    assert_eq!(
+        (v["node"].clone(), v["pod"].clone(), v["phase"].clone()),
+        (here["node"].clone(), here["pod"].clone(), json!("Running"))
+    );
+    assert!(cli_ns.ping_once(&ip), "the guest still answers");
+
+    // a migration deleted mid-way (1 MiB/s: it cannot finish) is aborted
+    create(
+        &lab,
+        &[
+            json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachineMigration",
+        "metadata": {"name": "h8-slow", "namespace": NS, "labels": {"roam.dev/vm": VM}},
+        "spec": {"vm": VM, "targetNode": "node-b", "bandwidthMibPerSecond": 1}}),
+        ],
+    );
+    wait_until(LONG, "the slow migration copying", || {
+        let m = get(&lab, &["-n", NS, "get", "vmim", "h8-slow"])?;
+        (m["status"]["phase"] == "Migrating").then_some(())
+    });
+    kubectl(
+        &lab,
+        &["-n", NS, "delete", "vmim", "h8-slow", "--wait=false"],
+    );
+    wait_until(LONG, "the deleted migration gone (aborted first)", || {
+        get(&lab, &["-n", NS, "get", "vmim", "h8-slow"])
+            .is_none()
+            .then_some(())
+    });
+    assert!(
+        events_of(&lab, VM).contains("MigrationAborted"),
+        "{}",
+        events_of(&lab, VM)
+    );
+    let v = wait_until(LONG, "the VM back to Running on the source", || {
+        let v = vm(&lab)["status"].clone();
+        (v["phase"] == "Running" && v["migration"].is_null()).then_some(v)
+    });
+    assert_eq!(v["node"], "node-a");
+    assert_eq!(v["interfaces"][0]["ip"], ip.as_str());
+    let a = get(&lab, &["get", "address", &addr]).expect("the Address");
+    assert_eq!(a["spec"]["host"], "node-a", "{a}");
+    wait_until(LONG, "the target pod gone", || {
+        let pods = get(
+            &lab,
+            &["-n", NS, "get", "pods", "-l", "roam.dev/launcher=true"],
+        )?;
+        (pods["items"].as_array()?.len() == 1).then_some(())
+    });
+    wait_until(LONG, "the guest answers after the abort", || {
+        cli_ns.ping_once(&ip).then_some(())
+    });
+}

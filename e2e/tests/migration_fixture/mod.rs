@@ -1,0 +1,455 @@
+//! Shared by the lab_migration test and the migration benchmark: a Network, a VirtualMachine
+//! booted by roam-controller in a real launcher pod on node-a, a client namespace on OVN that
+//! pings it, and the helpers to migrate it and stream TCP to it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use roam_e2e::{
+    ControllerProcess, Lab, LabNetwork, TestNetns, plug_netns, run, try_run, wait_until,
+};
+use serde_json::{Value, json};
+
+pub const NS: &str = "h8-mig";
+pub const NET: &str = "h8mig";
+pub const VM: &str = "h8vm";
+pub const GW: &str = "100.150.0.1";
+pub const LONG: Duration = Duration::from_secs(120);
+
+pub fn kubectl(lab: &Lab, args: &[&str]) -> String {
+    let mut all = vec!["--kubeconfig", lab.kubeconfig()];
+    all.extend_from_slice(args);
+    run(lab.kubectl(), &all)
+}
+
+pub fn try_kubectl(lab: &Lab, args: &[&str]) -> Result<String, String> {
+    let mut all = vec!["--kubeconfig", lab.kubeconfig()];
+    all.extend_from_slice(args);
+    try_run(lab.kubectl(), &all)
+}
+
+pub fn get(lab: &Lab, args: &[&str]) -> Option<Value> {
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["-o", "json"]);
+    serde_json::from_str(&try_kubectl(lab, &all).ok()?).ok()
+}
+
+pub fn create(lab: &Lab, objects: &[Value]) {
+    let file = lab.dir().join(format!("h8-{}.json", std::process::id()));
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    std::fs::write(&file, list.to_string()).expect("write manifest");
+    let r = try_kubectl(lab, &["create", "-f", file.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&file);
+    r.unwrap_or_else(|e| panic!("kubectl create: {e}"));
+}
+
+pub fn log_dir(lab: &Lab) -> std::path::PathBuf {
+    lab.dir().join("h8-vms")
+}
+
+pub fn serial(lab: &Lab) -> String {
+    std::fs::read(log_dir(lab).join(format!("{NS}_{VM}.serial.log")))
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+/// Everything the test creates: the namespace (VMs, migrations — finalizers dropped —, pods,
+/// Secrets), the Network and its Addresses, its OVN rows, the domain on both nodes.
+pub struct Fixture {
+    lab: Lab,
+}
+
+impl Fixture {
+    pub fn new(lab: &Lab) -> Fixture {
+        let f = Fixture { lab: lab.clone() };
+        f.clean();
+        let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds");
+        kubectl(
+            lab,
+            &["apply", "--server-side", "--force-conflicts", "-f", crds],
+        );
+        for crd in [
+            "virtualmachines.roam.dev",
+            "virtualmachinemigrations.roam.dev",
+        ] {
+            kubectl(
+                lab,
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=60s",
+                    "crd",
+                    crd,
+                ],
+            );
+        }
+        kubectl(lab, &["create", "namespace", NS]);
+        std::fs::create_dir_all(log_dir(lab)).expect("log dir");
+        f
+    }
+
+    fn clean(&self) {
+        let lab = &self.lab;
+        if try_kubectl(lab, &["get", "namespace", NS]).is_ok() {
+            if let Some(list) = get(lab, &["-n", NS, "get", "vmim"]) {
+                for m in list["items"].as_array().cloned().unwrap_or_default() {
+                    let name = m["metadata"]["name"].as_str().unwrap_or_default();
+                    let _ = try_kubectl(
+                        lab,
+                        &[
+                            "-n",
+                            NS,
+                            "patch",
+                            "vmim",
+                            name,
+                            "--type=merge",
+                            "-p",
+                            r#"{"metadata":{"finalizers":null}}"#,
+                        ],
+                    );
+                }
+            }
+            let _ = try_kubectl(
+                lab,
+                &["-n", NS, "delete", "vm,vmim,pods", "--all", "--wait=false"],
+            );
+            let _ = try_kubectl(
+                lab,
+                &["delete", "namespace", NS, "--wait=true", "--timeout=120s"],
+            );
+        }
+        let _ = try_kubectl(lab, &["delete", "network", NET, "--ignore-not-found"]);
+        let _ = try_kubectl(
+            lab,
+            &[
+                "delete",
+                "addresses",
+                "-l",
+                &format!("roam.dev/network={NET}"),
+            ],
+        );
+        let tap = roam_migrator::controller::vms::tap_name(&format!("{NS}/{VM}"));
+        for n in ["node-a", "node-b"] {
+            // a launcher killed without its shim's shutdown leaves the tap and its OVS port
+            let node = lab.node(n);
+            let _ = try_run(
+                "ovs-vsctl",
+                &[
+                    &format!("--db={}", node.ovs_db),
+                    "--if-exists",
+                    "del-port",
+                    "br-int",
+                    &tap,
+                ],
+            );
+            let _ = try_run("ip", &["-n", &node.netns, "link", "del", &tap]);
+            let _ = try_run(
+                "virsh",
+                &["-c", &lab.node(n).libvirt, "destroy", &format!("{NS}_{VM}")],
+            );
+        }
+        let _ = std::fs::remove_dir_all(log_dir(lab));
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        self.clean();
+    }
+}
+
+pub fn vm(lab: &Lab) -> Value {
+    get(lab, &["-n", NS, "get", "vm", VM]).expect("the VM")
+}
+
+pub fn migrations(lab: &Lab) -> Vec<Value> {
+    get(
+        lab,
+        &["-n", NS, "get", "vmim", "-l", &format!("roam.dev/vm={VM}")],
+    )
+    .and_then(|l| l["items"].as_array().cloned())
+    .unwrap_or_default()
+}
+
+pub fn events_of(lab: &Lab, name: &str) -> String {
+    try_kubectl(
+        lab,
+        &[
+            "-n",
+            NS,
+            "get",
+            "events",
+            "--field-selector",
+            &format!("involvedObject.name={name}"),
+            "-o",
+            "custom-columns=R:.reason,M:.message,N:.note",
+        ],
+    )
+    .unwrap_or_default()
+}
+
+/// Annotate and wait for the new migration to end; returns it.
+pub fn migrate(lab: &Lab, ctl: &ControllerProcess, to: &str) -> Value {
+    let before: Vec<String> = migrations(lab)
+        .iter()
+        .map(|m| m["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    kubectl(
+        lab,
+        &[
+            "-n",
+            NS,
+            "annotate",
+            "vm",
+            VM,
+            &format!("roam.dev/migrate-to={to}"),
+        ],
+    );
+    wait_until(LONG, "the migration to end", || {
+        let m = migrations(lab)
+            .into_iter()
+            .find(|m| !before.contains(&m["metadata"]["name"].as_str().unwrap().to_string()))?;
+        let phase = m["status"]["phase"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        ["Succeeded", "Failed", "Aborted"]
+            .contains(&phase.as_str())
+            .then_some(m)
+    })
+    .pipe(|m| {
+        assert!(
+            vm(lab)["metadata"]["annotations"]["roam.dev/migrate-to"].is_null(),
+            "the annotation is removed"
+        );
+        let _ = ctl;
+        m
+    })
+}
+
+pub trait Pipe: Sized {
+    fn pipe<T>(self, f: impl FnOnce(Self) -> T) -> T {
+        f(self)
+    }
+}
+impl<T> Pipe for T {}
+
+/// A TCP echo stream from the client namespace to the guest's port 7: one line every 10 ms,
+/// every line must come back; `stop` says how many bytes went both ways and whether it broke.
+pub struct Stream {
+    child: Child,
+}
+
+pub const STREAM_PY: &str = r#"
+import socket, sys, time, os
+s = socket.create_connection((sys.argv[1], 7), timeout=5)
+s.settimeout(30)
+stop = sys.argv[2]
+sent = got = 0
+f = s.makefile('rb')
+i = 0
+try:
+    while not os.path.exists(stop):
+        line = b'roam %08d\n' % i
+        s.sendall(line); sent += len(line)
+        back = f.readline()
+        if back != line:
+            print('BROKEN mismatch', sent, got, flush=True); sys.exit(1)
+        got += len(back); i += 1
+        if i == 1: print('CONNECTED', flush=True)
+        time.sleep(0.01)
+except Exception as e:
+    print('BROKEN', type(e).__name__, e, sent, got, flush=True); sys.exit(1)
+print('OK', sent, got, flush=True)
+"#;
+
+impl Stream {
+    pub fn start(lab: &Lab, ns: &TestNetns, ip: &str) -> (Stream, std::path::PathBuf) {
+        let stop = lab
+            .dir()
+            .join(format!("h8-stream-stop-{}", std::process::id()));
+        let _ = std::fs::remove_file(&stop);
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns.name,
+                "python3",
+                "-c",
+                STREAM_PY,
+                ip,
+                stop.to_str().unwrap(),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the TCP stream");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .expect("stream output");
+        assert_eq!(
+            line.trim(),
+            "CONNECTED",
+            "the TCP stream connects to the guest"
+        );
+        (Stream { child }, stop)
+    }
+
+    pub fn stop(mut self, stop: &std::path::Path) -> String {
+        std::fs::File::create(stop)
+            .and_then(|mut f| f.write_all(b"x"))
+            .expect("stop file");
+        use std::io::Read;
+        let mut out = String::new();
+        if let Some(mut o) = self.child.stdout.take() {
+            let _ = o.read_to_string(&mut out);
+        }
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(stop);
+        out.trim().to_string()
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
+}
+
+/// Everything [`boot`] set up; dropped in this order.
+pub struct Booted {
+    /// The client namespace (plumbed as the client pod's port on node-a).
+    pub cli_ns: TestNetns,
+    /// roam-controller.
+    pub ctl: ControllerProcess,
+    /// The Kubernetes objects.
+    pub fixture: Fixture,
+    /// The Network's OVN rows.
+    pub ovn: LabNetwork,
+    /// The guest's IP, MAC and Address name.
+    pub ip: String,
+    pub mac: String,
+    pub addr: String,
+}
+
+/// Start roam-controller, create the Network and the VM (on node-a), wait for it to run and
+/// take its lease, plumb a client on node-a and wait until it pings the guest.
+pub fn boot(lab: &Lab) -> Booted {
+    let lab = lab.clone();
+    let ovn = LabNetwork::new(&lab, NET, &[("node-a", "h8cli")]);
+    let fixture = Fixture::new(&lab);
+    let lab_dir = lab.dir().display().to_string();
+    let peer = format!("qemu+unix:///system?socket={lab_dir}/{{node}}/fs_run/libvirt/libvirt-sock");
+    let logs = log_dir(&lab).display().to_string();
+    let ctl = ControllerProcess::start(
+        &lab,
+        "h8-controller",
+        18101,
+        &[
+            "--leader-elect",
+            "false",
+            "--network-selector",
+            "roam.dev/test=h8-mig",
+            "--node-selector",
+            "roam.dev/lab=true",
+            "--pod-namespace",
+            NS,
+            "--shim-ports",
+            "17100-17199",
+            "--peer-libvirt-uri",
+            &peer,
+            "--vm-log-dir",
+            &logs,
+            // the lab's kubelets report disk pressure on the shared disk: only critical pods
+            // are admitted and kept
+            "--launcher-priority-class",
+            "system-node-critical",
+        ],
+    );
+    let (kernel, initrd) = lab.guest();
+    create(
+        &lab,
+        &[
+            json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network",
+                   "metadata": {"name": NET, "labels": {"roam.dev/test": "h8-mig"}},
+                   "spec": {"subnet": "100.150.0.0/24", "transitSubnet": "169.254.150.0/24",
+                            "poolSizePerNode": 2, "mtu": 1400}}),
+            json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
+                   "metadata": {"name": VM, "namespace": NS},
+                   "spec": {"cpu": 1, "memoryMiB": 256, "node": "node-a",
+                            "boot": {"kernel": {"kernel": kernel, "initrd": initrd,
+                                                "cmdline": "console=ttyS0 quiet panic=-1"}}}}),
+        ],
+    );
+    let status = wait_until(LONG, "the VM Running on node-a", || {
+        let v = vm(&lab);
+        (v["status"]["phase"] == "Running").then(|| v["status"].clone())
+    });
+    assert_eq!(status["node"], "node-a", "{status}");
+    let ip = status["interfaces"][0]["ip"]
+        .as_str()
+        .expect("an IP")
+        .to_string();
+    let mac = status["interfaces"][0]["mac"]
+        .as_str()
+        .expect("a MAC")
+        .to_string();
+    let addr = status["interfaces"][0]["address"]
+        .as_str()
+        .expect("its Address")
+        .to_string();
+    let src_pod = status["pod"].as_str().unwrap().to_string();
+    let pod = get(&lab, &["-n", NS, "get", "pod", &src_pod]).expect("the launcher pod");
+    assert_eq!(pod["spec"]["nodeName"], "node-a");
+    assert_eq!(pod["spec"]["hostNetwork"], true);
+    assert_eq!(
+        pod["status"]["phase"], "Running",
+        "started by the real kubelet"
+    );
+    wait_until(LONG, "the guest's /32 lease from OVN (serial log)", || {
+        let s = serial(&lab);
+        (s.contains(&format!("lease of {ip} obtained")) && s.contains("ROAM-GUEST-SERVICES-UP"))
+            .then_some(())
+    });
+
+    // a client on node-a: a pod's address, plumbed into a test namespace
+    create(
+        &lab,
+        &[json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "client", "namespace": NS},
+        "spec": {"nodeName": "node-a", "priorityClassName": "system-node-critical", "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "c", "image": "lab.local/busybox:1.35", "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}})],
+    );
+    let cli = wait_until(LONG, "the client's address", || {
+        let p = get(&lab, &["-n", NS, "get", "pod", "client"])?;
+        let a: Vec<Value> =
+            serde_json::from_str(p["metadata"]["annotations"]["roam.dev/addresses"].as_str()?)
+                .ok()?;
+        a.first().cloned()
+    });
+    let cli_ns = TestNetns::new("h8cli");
+    plug_netns(
+        &lab.node("node-a"),
+        &cli_ns,
+        "h8cli",
+        cli["port"].as_str().unwrap(),
+        cli["mac"].as_str().unwrap(),
+        cli["ip"].as_str().unwrap(),
+        GW,
+    );
+    wait_until(LONG, "the client pings the guest", || {
+        cli_ns.ping_once(&ip).then_some(())
+    });
+    Booted {
+        cli_ns,
+        ctl,
+        fixture,
+        ovn,
+        ip,
+        mac,
+        addr,
+    }
+}
