@@ -437,7 +437,7 @@ async fn reconcile(
                         mode: "incoming",
                         migration: Some(&mname),
                         mac: &addr.spec.mac,
-                        ovn_port: roam_network::topology::workload_port(&addr_name, &target),
+                        ovn_port: crate::core::claim::ovn_port(&addr.spec, &addr_name, &target),
                         port,
                     };
                     let pod = vms::launcher_pod(&ctx.config.vm, &vm, &l)?;

@@ -594,7 +594,7 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action>
                 mode: "boot",
                 migration: None,
                 mac: &address.spec.mac,
-                ovn_port: roam_network::topology::workload_port(&addr_name, &node),
+                ovn_port: crate::core::claim::ovn_port(&address.spec, &addr_name, &node),
                 port,
             };
             let pod = match launcher_pod(&ctx.config.vm, &vm, &spec) {

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use roam_dhcp_opts::MacAddr;
 use roam_network::annotation::{INTERFACES, InterfaceRequest, Mode, PodAddress, parse_interfaces};
 use roam_network::pool::mac_for_ip;
-use roam_network::topology::workload_port;
+use roam_network::topology::{overlay_port_name, vlan_port_name};
 
 use super::network::NetworkPlan;
 use crate::api::{Address, AddressSpec, AddressVlan, NetworkMode, address_name};
@@ -374,6 +374,17 @@ pub fn deletion_time(spec: &AddressSpec) -> Option<SystemTime> {
     spec.deletion_time.as_ref().map(|t| SystemTime::from(t.0))
 }
 
+/// The OVN logical switch port carrying Address `name` on `node` (the OVS `iface-id`): an
+/// overlay address has one per node (`<name>.<node>`, a migration target its own); a VLAN
+/// address is one multi-chassis port (`<name>`) whatever the node.
+pub fn ovn_port(spec: &AddressSpec, name: &str, node: &str) -> String {
+    if spec.vlan.is_some() {
+        vlan_port_name(name)
+    } else {
+        overlay_port_name(name, node)
+    }
+}
+
 /// What the pod's `roam.dev/addresses` says: per requested interface, its Address.
 pub fn pod_addresses(
     node: &str,
@@ -395,7 +406,7 @@ pub fn pod_addresses(
             network: r.network.name.clone(),
             mode: r.request.mode,
             address: name.clone(),
-            port: workload_port(&name, node),
+            port: ovn_port(&a.spec, &name, node),
             ip,
             prefix_len: r.network.prefix_len(),
             mac: a.spec.mac.clone(),

@@ -374,3 +374,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_ovn_port_is_per_node_on_the_overlay_and_one_on_a_vlan() {
+    let mut spec: AddressSpec = serde_json::from_value(serde_json::json!({
+        "network": "n", "ip": "100.64.0.5", "mac": "0a:58:64:40:00:05", "reserved": true
+    }))
+    .unwrap();
+    assert_eq!(
+        ovn_port(&spec, "n-100-64-0-5", "node-a"),
+        "n-100-64-0-5.node-a"
+    );
+    assert_eq!(
+        ovn_port(&spec, "n-100-64-0-5", "node-b"),
+        "n-100-64-0-5.node-b"
+    );
+    spec.vlan = Some(AddressVlan {
+        tag: 140,
+        local_subnet: "100.142.140.0/24".into(),
+    });
+    assert_eq!(ovn_port(&spec, "n-100-64-0-5", "node-a"), "n-100-64-0-5");
+    assert_eq!(ovn_port(&spec, "n-100-64-0-5", "node-b"), "n-100-64-0-5");
+}
