@@ -22,7 +22,7 @@ use roam_e2e::{
     unscheduled_pod, wait_until,
 };
 use roam_network::annotation::{Mode, PodAddress, addresses_annotation};
-use roam_network::topology::{PortSpec, plan_overlay, workload_port};
+use roam_network::topology::{PortSpec, overlay_port_name, plan_overlay};
 use serde_json::json;
 
 const NET: &str = "h6-bench";
@@ -49,7 +49,7 @@ fn address(p: &PortSpec) -> String {
         network: NET.into(),
         mode: Mode::Overlay,
         address: format!("{NET}-{}", p.ip.to_string().replace('.', "-")),
-        port: workload_port(&p.name, &p.node),
+        port: overlay_port_name(&p.name, &p.node),
         ip: p.ip,
         prefix_len: 32,
         mac: p.mac.to_string(),

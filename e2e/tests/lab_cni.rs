@@ -68,7 +68,7 @@ fn overlay_address(p: &PortSpec, ifname: &str) -> PodAddress {
         network: NET.into(),
         mode: Mode::Overlay,
         address: format!("{NET}-{}", p.ip.to_string().replace('.', "-")),
-        port: roam_network::topology::workload_port(&p.name, &p.node),
+        port: roam_network::topology::overlay_port_name(&p.name, &p.node),
         ip: p.ip,
         prefix_len: 32,
         mac: p.mac.to_string(),
@@ -707,7 +707,7 @@ fn a_two_interface_pod_overlay_eth0_and_vlan_eth1() {
         network: VNET.into(),
         mode: Mode::Underlay,
         address: format!("{VNET}-198-18-6-10"),
-        port: roam_network::topology::workload_port(&v.name, &v.node),
+        port: roam_network::topology::vlan_port_name(&v.name),
         ip: v.ip,
         prefix_len: 24,
         mac: v.mac.to_string(),
@@ -764,7 +764,7 @@ fn a_two_interface_pod_overlay_eth0_and_vlan_eth1() {
         assert!(rs.contains(&want), "{want} not in {rs:?}");
     }
     let a = env.lab.node("node-a");
-    for (host, lsp) in [(names[0], "c3.node-a"), (names[2], "u1.node-a")] {
+    for (host, lsp) in [(names[0], "c3.node-a"), (names[2], "u1")] {
         let id = vsctl(&a, &["get", "interface", host, "external_ids:iface-id"]);
         assert_eq!(id.trim().trim_matches('"'), lsp);
     }

@@ -57,7 +57,7 @@ pub use overlay::{
     LogicalRouter, LogicalSwitch, NodeSpec, OverlayExtras, OverlaySpec, PlanError, PortSpec,
     QosRule, RouteFlip, RouterPort, RouterRoute, SnatRule, StaticRoute, SwitchPort, SwitchPortKind,
     Topology, gateway_port_name, node_router_name, overlay_port_name, plan_overlay,
-    plan_overlay_with, route_flip, workload_port,
+    plan_overlay_with, route_flip,
 };
 pub use reconcile::{
     ActualState, OWNER_KEY, PORT_KEY, QOS_PRIORITY, ReconcileReport, TableCounts, apply, check,

@@ -406,16 +406,10 @@ pub fn node_router_name(net: &str, node: &str) -> String {
 pub fn gateway_port_name(net: &str, node: &str) -> String {
     format!("{}-gw", node_router(net, node))
 }
-/// The OVN logical switch port of workload port `port` on `node`: `<port>.<node>` (the
-/// OVS interface's `external_ids:iface-id` on that node).
-pub fn workload_port(port: &str, node: &str) -> String {
-    format!("{port}.{node}")
-}
-
 /// The logical switch port (= the OVS interface's `external_ids:iface-id`) of overlay
 /// workload `port` on `node`: `<port>.<node>` (a migration target has its own).
 pub fn overlay_port_name(port: &str, node: &str) -> String {
-    workload_port(port, node)
+    format!("{port}.{node}")
 }
 
 fn validate(
@@ -704,7 +698,7 @@ pub fn plan_overlay_with(
                 .switches
                 .get_mut(&node_switch(net, node))
                 .expect("validated node");
-            let lsp = workload_port(&p.name, node);
+            let lsp = overlay_port_name(&p.name, node);
             ls.ports.insert(
                 lsp.clone(),
                 SwitchPort {
