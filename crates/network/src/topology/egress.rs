@@ -249,31 +249,9 @@ pub(super) fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::{NodeSpec, OverlayExtras, plan_overlay, plan_overlay_with};
+    use crate::topology::{OverlayExtras, plan_overlay, plan_overlay_with};
 
-    fn spec() -> OverlaySpec {
-        OverlaySpec {
-            name: "ovl".into(),
-            subnet: "100.64.0.0/16".parse().unwrap(),
-            gateway: "100.64.0.1".parse().unwrap(),
-            gateway_mac: "0a:00:00:00:00:01".parse().unwrap(),
-            join_subnet: "169.254.100.0/24".parse().unwrap(),
-            fabric_ip: "169.254.100.1".parse().unwrap(),
-            fabric_mac: "0a:00:00:00:ff:01".parse().unwrap(),
-            mtu: 1400,
-            dns: vec![],
-        }
-    }
-
-    fn nodes() -> Vec<NodeSpec> {
-        (0..2u8)
-            .map(|i| NodeSpec {
-                name: format!("node-{i}"),
-                join_ip: Ipv4Addr::new(169, 254, 100, 10 + i),
-                join_mac: MacAddr::new([0x0a, 0, 0, 0, 0xfe, i]),
-            })
-            .collect()
-    }
+    use crate::topology::fixtures::{nodes, spec};
 
     fn egress() -> EgressSpec {
         EgressSpec {

@@ -66,3 +66,37 @@ pub use reconcile::{
 pub use underlay::{
     UnderlaySpec, dhcp_server_mac, localnet_port, plan_underlay, vlan_port_name, vlan_switch,
 };
+
+/// A two-node overlay shared by the egress and management-port unit tests.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use std::net::Ipv4Addr;
+
+    use roam_dhcp_opts::MacAddr;
+
+    use super::{NodeSpec, OverlaySpec};
+
+    pub(crate) fn spec() -> OverlaySpec {
+        OverlaySpec {
+            name: "ovl".into(),
+            subnet: "100.64.0.0/16".parse().unwrap(),
+            gateway: "100.64.0.1".parse().unwrap(),
+            gateway_mac: "0a:00:00:00:00:01".parse().unwrap(),
+            join_subnet: "169.254.100.0/24".parse().unwrap(),
+            fabric_ip: "169.254.100.1".parse().unwrap(),
+            fabric_mac: "0a:00:00:00:ff:01".parse().unwrap(),
+            mtu: 1400,
+            dns: vec![],
+        }
+    }
+
+    pub(crate) fn nodes() -> Vec<NodeSpec> {
+        (0..2u8)
+            .map(|i| NodeSpec {
+                name: format!("node-{i}"),
+                join_ip: Ipv4Addr::new(169, 254, 100, 10 + i),
+                join_mac: MacAddr::new([0x0a, 0, 0, 0, 0xfe, i]),
+            })
+            .collect()
+    }
+}
