@@ -108,6 +108,9 @@ pub struct Status {
     /// The last incoming migration that completed here (libvirt's completed-job stats, as
     /// the target sees them).
     pub last_incoming: Option<Incoming>,
+    /// Who runs this shim (`--instance`, a launcher pod's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 /// The last incoming migration, as its target saw it.

@@ -11,7 +11,7 @@
 //!   --libvirt-uri qemu:///system --peer-libvirt-uri qemu+tcp://node-a/system \
 //!   --migration-uri tcp://10.0.0.11 --ovs-db unix:/run/openvswitch/db.sock \
 //!   --listen 0.0.0.0:17001 --token-file /secret/token --state-file /var/lib/roam/vm1.json \
-//!   --mode boot
+//!   --mode boot --instance vm1-launcher
 //! ```
 
 use std::net::SocketAddr;
@@ -65,6 +65,8 @@ struct RawConfig {
     mode: Mode,
     #[serde(default)]
     kvm: bool,
+    #[serde(default)]
+    instance: Option<String>,
 }
 
 fn default_bridge() -> String {
@@ -100,6 +102,9 @@ pub struct ShimConfig {
     pub mode: Mode,
     /// TCG or KVM.
     pub accel: Accel,
+    /// Who runs this shim (a launcher pod's name), echoed in the status: a client tells this
+    /// shim from an older one of the same VM on the same node by it.
+    pub instance: Option<String>,
 }
 
 /// Keys whose flag values are numbers.
@@ -239,6 +244,7 @@ fn build(
         state_file: raw.state_file,
         mode: raw.mode,
         accel: if raw.kvm { Accel::Kvm } else { Accel::Tcg },
+        instance: raw.instance.filter(|i| !i.trim().is_empty()),
     })
 }
 
@@ -386,6 +392,11 @@ mod tests {
         assert_eq!(c.accel, Accel::Tcg);
         assert_eq!(c.token, "tok");
         assert_eq!(c.listen.port(), 17001);
+        assert_eq!(c.instance, None);
+        let mut f = full_flags();
+        f.extend(flags(&["--instance", "vm1-launcher"]));
+        let c = build_ok(merge(None, &f).unwrap()).unwrap();
+        assert_eq!(c.instance.as_deref(), Some("vm1-launcher"));
     }
 
     #[test]

@@ -20,6 +20,7 @@ keys (JSON file or flags; a flag overrides the file):
   node libvirt-uri peer-libvirt-uri migration-uri                  this node
   ovs-db bridge(br-int)                                            this node's OVS
   listen token-file state-file mode(boot|incoming) kvm             the shim
+  instance                                    who runs it (echoed in /v1/status)
 ";
 
 fn main() {

@@ -279,6 +279,7 @@ impl Shim {
             incoming: st.incoming,
             job: st.job.clone(),
             last_incoming: st.last_incoming.clone(),
+            instance: self.inner.cfg.instance.clone(),
         }
     }
 

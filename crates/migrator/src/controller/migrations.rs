@@ -6,16 +6,22 @@
 //! source shim's events and flips the route (Address host = target, the route controller's
 //! fast `flip_route`) as soon as `suspended-for-migration` arrives, inside the pause window;
 //! `switchoverMs` is the time from that event to the Address write.
+//!
+//! Nor does the rest wait for a requeue: a task polls a starting target shim (until the shim
+//! of *this* target pod answers, by its `instance`) and the switchover task, on the
+//! migration's end events, wake the reconcile through [`Controller::reconcile_on`].
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::channel::mpsc;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action as KAction, Config as ControllerConfig};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use roam_vm_shim::api::{DomainState, JobState, MigrateRequest, Status};
@@ -35,16 +41,56 @@ use crate::migration::{Action, GuestAt, Job, Observed, Phase, PodState, RouteAt,
 /// The finalizer that lets a deleted migration abort first.
 pub const FINALIZER: &str = "roam.dev/migration";
 
+/// This process's helpers of the reconcile: the background tasks running (by key) and the
+/// way they wake a migration's reconcile.
+#[derive(Clone)]
+struct Local {
+    watching: Arc<Mutex<BTreeSet<String>>>,
+    kick: mpsc::UnboundedSender<ObjectRef<VirtualMachineMigration>>,
+}
+
+impl Local {
+    fn kick(&self, m: &VirtualMachineMigration) {
+        let _ = self.kick.unbounded_send(ObjectRef::from_obj(m));
+    }
+
+    /// Run `task` unless one under `key` runs already; the key is free again when it ends.
+    fn spawn_once(
+        &self,
+        key: String,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        if !self
+            .watching
+            .lock()
+            .expect("watching lock")
+            .insert(key.clone())
+        {
+            return;
+        }
+        let watching = self.watching.clone();
+        tokio::spawn(async move {
+            task.await;
+            watching.lock().expect("watching lock").remove(&key);
+        });
+    }
+}
+
 pub(super) async fn run(ctx: Arc<Context>) {
     let api: Api<VirtualMachineMigration> = match &ctx.config.pod_namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    let watching = Arc::new(Mutex::new(BTreeSet::new()));
+    let (kick, kicked) = mpsc::unbounded();
+    let local = Local {
+        watching: Arc::new(Mutex::new(BTreeSet::new())),
+        kick,
+    };
     Controller::new(api, watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(ctx.config.concurrency))
+        .reconcile_on(kicked)
         .run(
-            move |m, c| reconcile(m, c, watching.clone()),
+            move |m, c| reconcile(m, c, local.clone()),
             error_policy,
             ctx.clone(),
         )
@@ -178,7 +224,7 @@ async fn set_finalizer(ctx: &Context, m: &VirtualMachineMigration, on: bool) -> 
 async fn reconcile(
     m: Arc<VirtualMachineMigration>,
     ctx: Arc<Context>,
-    watching: Arc<Mutex<BTreeSet<String>>>,
+    local: Local,
 ) -> Result<KAction> {
     ctx.wait_synced().await;
     let ns = m.namespace().unwrap_or_default();
@@ -278,11 +324,16 @@ async fn reconcile(
     let address = vm_address(&ctx, &vm);
     // --- observe
     let target_pod = pods.get_opt(&target_pod_name).await?;
+    // the target's shim, asked as soon as its pod exists (not when the kubelet gets round to
+    // reporting it Running); only the shim of this very pod counts
     let target_status: Option<Status> = match (&target_pod, &target_ip) {
-        (Some(p), Some(ip))
-            if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") =>
-        {
-            vms::client(&vm, ip, port, &token)?.status().await.ok()
+        (Some(p), Some(ip)) if p.metadata.deletion_timestamp.is_none() => {
+            let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            vms::client(&vm, ip, port, &token)?
+                .status()
+                .await
+                .ok()
+                .filter(|s| is_shim_of(s, &target_pod_name, running))
         }
         _ => None,
     };
@@ -303,8 +354,17 @@ async fn reconcile(
         None => false,
     };
     let source_client = vms::client(&vm, &source_ip, port, &token)?;
-    let source_status = if source_pod_exists {
-        source_client.status().await.ok()
+    let on_target = target_status
+        .as_ref()
+        .is_some_and(|s| s.domain == DomainState::Running && s.last_incoming.is_some());
+    // once the guest runs on the target the source's answer changes nothing (the target's
+    // completed job has the figures), and while libvirt tears the source domain down it can
+    // take seconds: do not ask
+    let source_status = if source_pod_exists && !on_target {
+        tokio::time::timeout(Duration::from_secs(10), source_client.status())
+            .await
+            .ok()
+            .and_then(|r| r.ok())
     } else {
         None
     };
@@ -359,9 +419,6 @@ async fn reconcile(
             });
         }
     }
-    let on_target = target_status
-        .as_ref()
-        .is_some_and(|s| s.domain == DomainState::Running && s.last_incoming.is_some());
     if on_target
         && let Some(inc) = target_status
             .as_ref()
@@ -475,6 +532,7 @@ async fn reconcile(
                 st.job_id = Some(job.id);
                 // record the job before anything else can happen
                 patch_status(&ctx, &m, &st).await?;
+                let target_client = vms::client(&vm, ip, port, &token)?;
                 spawn_switchover(
                     &ctx,
                     &m,
@@ -483,7 +541,8 @@ async fn reconcile(
                     &addr_name,
                     &source,
                     &target,
-                    &watching,
+                    (target_client, target_pod_name.clone()),
+                    &local,
                 );
             }
             Action::AbortMigration => {
@@ -522,6 +581,12 @@ async fn reconcile(
                 }
             }
         }
+    }
+    if d.phase == Phase::TargetScheduling
+        && let Some(ip) = &target_ip
+    {
+        let client = vms::client(&vm, ip, port, &token)?;
+        spawn_target_wait(&m, client, target_pod_name.clone(), Wait::Ready, &local);
     }
     st.phase = d.phase;
     if d.reason.is_some() {
@@ -586,7 +651,59 @@ async fn reconcile(
             KAction::requeue(Duration::from_millis(300))
         });
     }
-    Ok(KAction::requeue(Duration::from_millis(300)))
+    // the fast paths are woken by the tasks; this is the fallback (and the progress refresh)
+    Ok(KAction::requeue(Duration::from_millis(500)))
+}
+
+/// Whether `s` comes from the shim of `pod`: by its `instance`; a shim too old to say is
+/// trusted once its pod is Running.
+fn is_shim_of(s: &Status, pod: &str, pod_running: bool) -> bool {
+    match &s.instance {
+        Some(i) => i == pod,
+        None => pod_running,
+    }
+}
+
+/// What a target-polling task waits for.
+#[derive(Clone, Copy, Debug)]
+enum Wait {
+    /// The shim of the target pod answers: the copy can start.
+    Ready,
+    /// The guest runs on the target: the migration can end.
+    Landed,
+}
+
+/// Poll the target's shim (every 50 ms, no API calls) until `what` holds, then wake the
+/// reconcile, so nothing waits for a requeue.
+fn spawn_target_wait(
+    m: &VirtualMachineMigration,
+    client: roam_vm_shim::client::ShimClient,
+    pod: String,
+    what: Wait,
+    local: &Local,
+) {
+    let key = format!(
+        "{what:?}:{}/{}",
+        m.namespace().unwrap_or_default(),
+        m.name_any()
+    );
+    let (l, m) = (local.clone(), m.clone());
+    local.spawn_once(key, async move {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(s) = client.status().await
+                && is_shim_of(&s, &pod, false)
+                && match what {
+                    Wait::Ready => true,
+                    Wait::Landed => s.domain == DomainState::Running && s.last_incoming.is_some(),
+                }
+            {
+                l.kick(&m);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
 }
 
 async fn finish_invalid(
@@ -633,22 +750,20 @@ fn spawn_switchover(
     address: &str,
     source_node: &str,
     target_node: &str,
-    watching: &Arc<Mutex<BTreeSet<String>>>,
+    (target_client, target_pod): (roam_vm_shim::client::ShimClient, String),
+    local: &Local,
 ) {
     let key = format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any());
-    if !watching.lock().expect("watching lock").insert(key.clone()) {
-        return;
-    }
-    let (ctx, client, address, source_node, target_node, watching) = (
+    let (ctx, client, address, source_node, target_node, l) = (
         ctx.clone(),
         source.clone(),
         address.to_string(),
         source_node.to_string(),
         target_node.to_string(),
-        watching.clone(),
+        local.clone(),
     );
     let m = m.clone();
-    tokio::spawn(async move {
+    local.spawn_once(key.clone(), async move {
         let mut seq = after;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(3600);
         while tokio::time::Instant::now() < deadline {
@@ -665,6 +780,15 @@ fn spawn_switchover(
                 seq = seq.max(e.seq);
                 match e.kind {
                     Lifecycle::SuspendedForMigration | Lifecycle::SuspendedForPostCopy => {
+                        // the guest lands on the target within the pause: end the migration
+                        // as soon as it does
+                        spawn_target_wait(
+                            &m,
+                            target_client.clone(),
+                            target_pod.clone(),
+                            Wait::Landed,
+                            &l,
+                        );
                         match move_address(&ctx, &address, &target_node, &[source_node.as_str()])
                             .await
                         {
@@ -682,6 +806,7 @@ fn spawn_switchover(
                                         &Patch::Merge(&json!({"status": {"switchoverMs": ms}})),
                                     )
                                     .await;
+                                l.kick(&m);
                             }
                             Err(err) => {
                                 tracing::warn!(migration = %key, error = %err, "switchover flip")
@@ -698,9 +823,10 @@ fn spawn_switchover(
                 }
             }
             if done {
+                // the guest runs on one side now: decide without waiting for a requeue
+                l.kick(&m);
                 break;
             }
         }
-        watching.lock().expect("watching lock").remove(&key);
     });
 }

@@ -223,6 +223,7 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
             ("token-file", format!("{TOKEN_DIR}/{TOKEN_KEY}")),
             ("state-file", format!("{STATE_DIR}/state.json")),
             ("mode", l.mode.to_string()),
+            ("instance", l.pod.clone()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v)),
@@ -856,6 +857,11 @@ mod tests {
         assert_eq!(get("peer-libvirt-uri"), "qemu+tcp://10.0.0.1/system");
         assert_eq!(get("name"), "ns_demo");
         assert_eq!(get("mode"), "boot");
+        assert_eq!(
+            get("instance"),
+            "demo-launcher",
+            "the shim says which pod runs it"
+        );
         assert!(is_launcher(&Pod {
             metadata: p.metadata.clone(),
             ..Default::default()
