@@ -21,7 +21,7 @@ use roam_e2e::{
     plug_netns, set_port_chassis, shim_network, try_run, wait_until,
 };
 use roam_network::topology::{NodeSpec, OverlaySpec, PortSpec};
-use roam_vm_shim::Error;
+use roam_shim_api::Error;
 use roam_vm_shim::api::{DomainState, Job, JobState, MigrateRequest};
 use roam_vm_shim::client::ShimClient;
 use roam_vm_shim::events::{Event, Lifecycle};

@@ -152,7 +152,7 @@ pub enum Error {
         /// `namespace/name`.
         vm: String,
         /// The shim client's error.
-        source: roam_vm_shim::Error,
+        source: roam_shim_api::Error,
     },
     /// A controller task ended (a bug: they run forever).
     #[error("a controller stopped unexpectedly: {0}")]

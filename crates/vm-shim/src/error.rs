@@ -96,3 +96,20 @@ impl Error {
         }
     }
 }
+
+impl From<roam_shim_api::Error> for Error {
+    fn from(e: roam_shim_api::Error) -> Error {
+        match e {
+            roam_shim_api::Error::BadRequest(m) => Error::BadRequest(m),
+            roam_shim_api::Error::Peer {
+                url,
+                status,
+                message,
+            } => Error::Peer {
+                url,
+                status,
+                message,
+            },
+        }
+    }
+}

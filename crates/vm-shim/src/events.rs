@@ -1,90 +1,54 @@
-//! Lifecycle events of the shim's domain, in the words the migrator uses — pure mapping from
-//! libvirt's `(event, detail)` codes.
-//!
-//! The two that time a switchover: [`Lifecycle::SuspendedForMigration`] on the source (QEMU
-//! paused the guest for the final memory copy) and [`Lifecycle::ResumedAfterMigration`] on
-//! the target (the guest runs there). The migrator flips the route between them.
+//! libvirt's words → the API's: lifecycle events (`(event, detail)` codes) and job stats.
+//! The types themselves are `roam_shim_api`'s (re-exported here).
 
-use serde::{Deserialize, Serialize};
 use virt::sys;
 
-/// What happened to the domain.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Lifecycle {
-    /// Booted here.
-    Started,
-    /// An incoming migration created the domain here (paused, before memory arrives).
-    IncomingMigration,
-    /// Paused for the final copy of a live migration (source side).
-    SuspendedForMigration,
-    /// Paused when switching to post-copy (source side).
-    SuspendedForPostCopy,
-    /// Paused for another reason (I/O error, an API call, ...).
-    Suspended,
-    /// Runs here after an incoming migration (target side).
-    ResumedAfterMigration,
-    /// Runs here in post-copy (target side; memory still arriving).
-    ResumedPostCopy,
-    /// Resumed for another reason (e.g. a failed migration resumed the source).
-    Resumed,
-    /// Left this node by migration (source side, after the target took over).
-    MigratedAway,
-    /// Stopped: shut down or destroyed.
-    Stopped,
-    /// QEMU or libvirt failed: the emulator died, or an incoming migration failed (target
-    /// side, e.g. after an abort).
-    Failed,
-    /// The guest crashed (QEMU or the guest kernel).
-    Crashed,
-    /// Any other libvirt lifecycle event (defined, undefined, PM suspend, ...).
-    Other,
-}
+pub use roam_shim_api::events::{Event, Lifecycle};
 
-impl Lifecycle {
-    /// Map libvirt's `virDomainEventType` and its detail.
-    pub fn from_libvirt(event: i32, detail: i32) -> Lifecycle {
-        let (e, d) = (event as u32, detail as u32);
-        match e {
-            sys::VIR_DOMAIN_EVENT_STARTED => match d {
-                sys::VIR_DOMAIN_EVENT_STARTED_MIGRATED => Lifecycle::IncomingMigration,
-                _ => Lifecycle::Started,
-            },
-            sys::VIR_DOMAIN_EVENT_SUSPENDED => match d {
-                sys::VIR_DOMAIN_EVENT_SUSPENDED_MIGRATED => Lifecycle::SuspendedForMigration,
-                sys::VIR_DOMAIN_EVENT_SUSPENDED_POSTCOPY => Lifecycle::SuspendedForPostCopy,
-                _ => Lifecycle::Suspended,
-            },
-            sys::VIR_DOMAIN_EVENT_RESUMED => match d {
-                sys::VIR_DOMAIN_EVENT_RESUMED_MIGRATED => Lifecycle::ResumedAfterMigration,
-                sys::VIR_DOMAIN_EVENT_RESUMED_POSTCOPY => Lifecycle::ResumedPostCopy,
-                _ => Lifecycle::Resumed,
-            },
-            sys::VIR_DOMAIN_EVENT_STOPPED => match d {
-                sys::VIR_DOMAIN_EVENT_STOPPED_MIGRATED => Lifecycle::MigratedAway,
-                sys::VIR_DOMAIN_EVENT_STOPPED_CRASHED => Lifecycle::Crashed,
-                sys::VIR_DOMAIN_EVENT_STOPPED_FAILED => Lifecycle::Failed,
-                _ => Lifecycle::Stopped,
-            },
-            sys::VIR_DOMAIN_EVENT_CRASHED => Lifecycle::Crashed,
-            _ => Lifecycle::Other,
-        }
+use crate::api::JobStats;
+
+/// Map libvirt's `virDomainEventType` and its detail.
+pub fn from_libvirt(event: i32, detail: i32) -> Lifecycle {
+    let (e, d) = (event as u32, detail as u32);
+    match e {
+        sys::VIR_DOMAIN_EVENT_STARTED => match d {
+            sys::VIR_DOMAIN_EVENT_STARTED_MIGRATED => Lifecycle::IncomingMigration,
+            _ => Lifecycle::Started,
+        },
+        sys::VIR_DOMAIN_EVENT_SUSPENDED => match d {
+            sys::VIR_DOMAIN_EVENT_SUSPENDED_MIGRATED => Lifecycle::SuspendedForMigration,
+            sys::VIR_DOMAIN_EVENT_SUSPENDED_POSTCOPY => Lifecycle::SuspendedForPostCopy,
+            _ => Lifecycle::Suspended,
+        },
+        sys::VIR_DOMAIN_EVENT_RESUMED => match d {
+            sys::VIR_DOMAIN_EVENT_RESUMED_MIGRATED => Lifecycle::ResumedAfterMigration,
+            sys::VIR_DOMAIN_EVENT_RESUMED_POSTCOPY => Lifecycle::ResumedPostCopy,
+            _ => Lifecycle::Resumed,
+        },
+        sys::VIR_DOMAIN_EVENT_STOPPED => match d {
+            sys::VIR_DOMAIN_EVENT_STOPPED_MIGRATED => Lifecycle::MigratedAway,
+            sys::VIR_DOMAIN_EVENT_STOPPED_CRASHED => Lifecycle::Crashed,
+            sys::VIR_DOMAIN_EVENT_STOPPED_FAILED => Lifecycle::Failed,
+            _ => Lifecycle::Stopped,
+        },
+        sys::VIR_DOMAIN_EVENT_CRASHED => Lifecycle::Crashed,
+        _ => Lifecycle::Other,
     }
 }
 
-/// One event as the API reports it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Event {
-    /// Position in this shim's event log (1, 2, ...): ask for events after the last one seen.
-    pub seq: u64,
-    /// What happened.
-    pub kind: Lifecycle,
-    /// When the shim's libvirt callback ran, in nanoseconds since the Unix epoch.
-    pub at_unix_ns: u64,
-    /// The node of the shim that saw it.
-    pub node: String,
-    /// libvirt's raw event code and detail, for diagnosis.
-    pub libvirt: (i32, i32),
+/// The API's job stats from the `virt` crate's.
+pub fn job_stats(s: &virt::domain::JobStats) -> JobStats {
+    JobStats {
+        data_total: s.data_total,
+        data_processed: s.data_processed,
+        data_remaining: s.data_remaining,
+        iteration: s.mem_iteration,
+        dirty_rate_pages_s: s.mem_dirty_rate,
+        bandwidth_bytes_s: s.mem_bps,
+        elapsed_ms: s.time_elapsed,
+        downtime_ms: s.downtime,
+        setup_ms: s.setup_time,
+    }
 }
 
 #[cfg(test)]
@@ -92,7 +56,7 @@ mod tests {
     use super::*;
 
     fn map(e: u32, d: u32) -> Lifecycle {
-        Lifecycle::from_libvirt(e as i32, d as i32)
+        from_libvirt(e as i32, d as i32)
     }
 
     #[test]
@@ -179,7 +143,7 @@ mod tests {
             Lifecycle::Crashed
         );
         assert_eq!(map(sys::VIR_DOMAIN_EVENT_DEFINED, 0), Lifecycle::Other);
-        assert_eq!(Lifecycle::from_libvirt(99, 99), Lifecycle::Other);
+        assert_eq!(from_libvirt(99, 99), Lifecycle::Other);
     }
 
     #[test]
@@ -188,5 +152,26 @@ mod tests {
             serde_json::to_string(&Lifecycle::SuspendedForMigration).unwrap(),
             "\"suspended-for-migration\""
         );
+    }
+
+    #[test]
+    fn job_stats_map_libvirt_fields() {
+        let s = virt::domain::JobStats {
+            data_total: Some(10),
+            data_processed: Some(4),
+            data_remaining: Some(6),
+            mem_iteration: Some(2),
+            mem_dirty_rate: Some(100),
+            time_elapsed: Some(1234),
+            downtime: Some(42),
+            ..Default::default()
+        };
+        let j = job_stats(&s);
+        assert_eq!(j.data_total, Some(10));
+        assert_eq!(j.data_remaining, Some(6));
+        assert_eq!(j.iteration, Some(2));
+        assert_eq!(j.dirty_rate_pages_s, Some(100));
+        assert_eq!(j.elapsed_ms, Some(1234));
+        assert_eq!(j.downtime_ms, Some(42));
     }
 }

@@ -18,9 +18,7 @@
 //!   behind safe functions.
 #![warn(missing_docs)]
 
-pub mod api;
 pub mod auth;
-pub mod client;
 pub mod config;
 pub mod domain;
 mod error;
@@ -32,3 +30,5 @@ pub mod spec;
 pub mod sys;
 
 pub use error::{Error, Result};
+/// The API types and client, from `roam_shim_api` (libvirt-free, what controllers link).
+pub use roam_shim_api::{api, client};

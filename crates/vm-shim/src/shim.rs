@@ -518,7 +518,7 @@ impl Shim {
                     // real one only after completion
                     j.stats = JobStats {
                         downtime_ms: None,
-                        ..JobStats::from_libvirt(&s)
+                        ..crate::events::job_stats(&s)
                     };
                 }
             }
@@ -616,7 +616,7 @@ impl Shim {
             if raw.domain != self.name() {
                 continue;
             }
-            let kind = Lifecycle::from_libvirt(raw.event, raw.detail);
+            let kind = crate::events::from_libvirt(raw.event, raw.detail);
             let seq = {
                 let mut log = lock(&self.inner.log);
                 let seq = log.next_seq;
@@ -678,7 +678,7 @@ impl Shim {
             Some(s) => {
                 lock(&self.inner.state).last_incoming = Some(Incoming {
                     resumed_unix_ns,
-                    stats: JobStats::from_libvirt(&s),
+                    stats: crate::events::job_stats(&s),
                 })
             }
             None => {

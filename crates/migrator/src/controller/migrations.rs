@@ -24,8 +24,8 @@ use kube::runtime::controller::{Action as KAction, Config as ControllerConfig};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
-use roam_vm_shim::api::{DomainState, JobState, MigrateRequest, Status};
-use roam_vm_shim::events::Lifecycle;
+use roam_shim_api::api::{DomainState, JobState, MigrateRequest, Status};
+use roam_shim_api::events::Lifecycle;
 use serde_json::json;
 
 use super::Context;
@@ -677,7 +677,7 @@ enum Wait {
 /// reconcile, so nothing waits for a requeue.
 fn spawn_target_wait(
     m: &VirtualMachineMigration,
-    client: roam_vm_shim::client::ShimClient,
+    client: roam_shim_api::client::ShimClient,
     pod: String,
     what: Wait,
     local: &Local,
@@ -745,12 +745,12 @@ async fn finish_invalid(
 fn spawn_switchover(
     ctx: &Arc<Context>,
     m: &VirtualMachineMigration,
-    source: &roam_vm_shim::client::ShimClient,
+    source: &roam_shim_api::client::ShimClient,
     after: u64,
     address: &str,
     source_node: &str,
     target_node: &str,
-    (target_client, target_pod): (roam_vm_shim::client::ShimClient, String),
+    (target_client, target_pod): (roam_shim_api::client::ShimClient, String),
     local: &Local,
 ) {
     let key = format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any());

@@ -21,8 +21,8 @@ use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use roam_network::annotation::INTERFACES;
-use roam_vm_shim::api::DomainState;
-use roam_vm_shim::client::ShimClient;
+use roam_shim_api::api::DomainState;
+use roam_shim_api::client::ShimClient;
 use serde_json::json;
 
 use super::{Context, ovn, pods};

@@ -1,5 +1,5 @@
 //! The shim's migration API: HTTP/1.1 with JSON bodies, the request and response types shared
-//! by the server ([`crate::server`]) and the client ([`crate::client::ShimClient`]).
+//! by the server (`roam_vm_shim::server`) and the client ([`crate::client::ShimClient`]).
 //!
 //! # Authentication
 //!
@@ -265,23 +265,6 @@ pub struct JobStats {
     pub setup_ms: Option<u64>,
 }
 
-impl JobStats {
-    /// From the `virt` crate's job stats.
-    pub fn from_libvirt(s: &virt::domain::JobStats) -> JobStats {
-        JobStats {
-            data_total: s.data_total,
-            data_processed: s.data_processed,
-            data_remaining: s.data_remaining,
-            iteration: s.mem_iteration,
-            dirty_rate_pages_s: s.mem_dirty_rate,
-            bandwidth_bytes_s: s.mem_bps,
-            elapsed_ms: s.time_elapsed,
-            downtime_ms: s.downtime,
-            setup_ms: s.setup_time,
-        }
-    }
-}
-
 /// A migration job of this shim (outgoing).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Job {
@@ -413,27 +396,6 @@ mod tests {
             let err = r.validate().unwrap_err();
             assert!(err.contains(expect), "{err:?} should mention {expect:?}");
         }
-    }
-
-    #[test]
-    fn job_stats_map_libvirt_fields() {
-        let s = virt::domain::JobStats {
-            data_total: Some(10),
-            data_processed: Some(4),
-            data_remaining: Some(6),
-            mem_iteration: Some(2),
-            mem_dirty_rate: Some(100),
-            time_elapsed: Some(1234),
-            downtime: Some(42),
-            ..Default::default()
-        };
-        let j = JobStats::from_libvirt(&s);
-        assert_eq!(j.data_total, Some(10));
-        assert_eq!(j.data_remaining, Some(6));
-        assert_eq!(j.iteration, Some(2));
-        assert_eq!(j.dirty_rate_pages_s, Some(100));
-        assert_eq!(j.elapsed_ms, Some(1234));
-        assert_eq!(j.downtime_ms, Some(42));
     }
 
     #[test]

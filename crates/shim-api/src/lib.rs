@@ -1,0 +1,17 @@
+//! roam-shim's API as its clients see it, without libvirt: what the migration controller
+//! (and a source shim talking to a target shim) links.
+//!
+//! - [`api`]: the endpoints, request/answer types and request validation (pure);
+//! - [`events`]: the domain's lifecycle events in the migrator's words (pure);
+//! - [`client`]: an async HTTP/1.1 client of the API.
+//!
+//! The server, the libvirt runtime and the mapping from libvirt's codes live in
+//! `roam-vm-shim`.
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod client;
+mod error;
+pub mod events;
+
+pub use error::{Error, Result};
