@@ -112,9 +112,13 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         Err(e) => return report(&ctx, &pod, e).await,
     };
     let mut held: Vec<Arc<Address>> = Vec::new();
+    let mut claimed_at = Instant::now();
     for r in &resolved {
         match claim(&ctx, &key, &owner, &node, r).await {
-            Ok(a) => held.push(a),
+            Ok(a) => {
+                held.push(a);
+                claimed_at = Instant::now();
+            }
             Err(e) if e.is_bad_input() => return report(&ctx, &pod, e).await,
             Err(e @ Error::HeldElsewhere { .. }) => {
                 tracing::debug!(pod = %key, reason = %e, "waiting for the owner's other pod");
@@ -141,9 +145,11 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         .iter()
         .map(|n| (*n, ovn::request(&ctx, n)))
         .collect();
+    let waited = Instant::now();
     for (n, t) in tickets {
         ovn::wait(&ctx, n, t).await?;
     }
+    ctx.metrics.ovn_wait(waited.elapsed());
     let api: Api<Pod> = Api::namespaced(
         ctx.client.clone(),
         pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -162,6 +168,7 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         Err(e) => return Err(e.into()),
     }
     ctx.metrics.annotate_latency(started.elapsed());
+    ctx.metrics.claimed_to_annotated(claimed_at.elapsed());
     let summary: Vec<String> = published
         .iter()
         .map(|p| {
@@ -172,13 +179,9 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         })
         .collect();
     tracing::info!(pod = %key, %owner, %node, addresses = ?summary, took = ?started.elapsed(), "addresses published");
-    ctx.event(
-        pod.object_ref(&()),
-        false,
-        "AddressesAssigned",
-        "Claim",
-        format!("on {node}: {}", summary.join(", ")),
-    );
+    // counted, not an Event: an Event per pod is one more API write on the claim's path
+    // (Events are for failures, soft deletes and reclaims)
+    ctx.metrics.count("pods_annotated", &node);
     Ok(Action::await_change())
 }
 
@@ -352,6 +355,7 @@ pub(super) async fn claim(
                     Step::Create { .. } => "create",
                 };
                 ctx.metrics.count("claims", kind);
+                ctx.claimed_now();
                 if kind == "create" {
                     // the node's pool ran dry: refill it now, not at the next period
                     ctx.pool_kick.notify_one();
