@@ -94,6 +94,9 @@ pub struct Context {
     /// The managed Networks' names (`None` until the Network watch has listed): the Address
     /// watch follows it.
     managed: tokio::sync::watch::Sender<Option<std::collections::BTreeSet<String>>>,
+    /// Claims being written right now, by Address name: the OVN syncer programs their ports
+    /// while the API write is in flight (see [`pods`]).
+    tentative: Mutex<HashMap<String, Arc<Address>>>,
     /// When this process last wrote a claim (the on-demand refill waits for a quiet moment).
     last_claim: Mutex<Option<std::time::Instant>>,
     /// (network, IP) being claimed by a reconcile of this process right now.
@@ -264,6 +267,7 @@ pub async fn run(
         pods: Mutex::new(None),
         managed: tokio::sync::watch::Sender::new(None),
         last_claim: Mutex::new(None),
+        tentative: Mutex::new(HashMap::new()),
         inflight: Mutex::new(Default::default()),
     });
     let mut tasks = tokio::task::JoinSet::new();

@@ -112,10 +112,14 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         Err(e) => return report(&ctx, &pod, e).await,
     };
     let mut held: Vec<Arc<Address>> = Vec::new();
+    let mut tickets: BTreeMap<String, u64> = BTreeMap::new();
     let mut claimed_at = Instant::now();
     for r in &resolved {
-        match claim(&ctx, &key, &owner, &node, r).await {
-            Ok(a) => {
+        match claim_pipelined(&ctx, &key, &owner, &node, r).await {
+            Ok((a, ticket)) => {
+                if let Some(t) = ticket {
+                    tickets.insert(r.network.name.clone(), t);
+                }
                 held.push(a);
                 claimed_at = Instant::now();
             }
@@ -139,15 +143,17 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     if annotations.get(ADDRESSES) == Some(&json) && !annotations.contains_key(ERROR_ANNOTATION) {
         return Ok(Action::await_change());
     }
-    // the OVN ports exist before the CNI is told to plumb them
+    // the OVN ports exist before the CNI is told to plumb them: a claim written now was
+    // requested with its write (its ticket); an Address reused unchanged is requested here
     let networks: BTreeSet<&str> = resolved.iter().map(|r| r.network.name.as_str()).collect();
-    let tickets: Vec<(&str, u64)> = networks
-        .iter()
-        .map(|n| (*n, ovn::request(&ctx, n)))
-        .collect();
+    for n in networks {
+        if !tickets.contains_key(n) {
+            tickets.insert(n.to_string(), ovn::request(&ctx, n));
+        }
+    }
     let waited = Instant::now();
-    for (n, t) in tickets {
-        ovn::wait(&ctx, n, t).await?;
+    for (n, t) in &tickets {
+        ovn::wait(&ctx, n, *t).await?;
     }
     ctx.metrics.ovn_wait(waited.elapsed());
     let api: Api<Pod> = Api::namespaced(
@@ -260,6 +266,22 @@ impl Drop for Inflight {
     }
 }
 
+/// A claim being written, shown to the OVN syncer until the write is done.
+struct Tentative {
+    ctx: Arc<Context>,
+    name: String,
+}
+
+impl Drop for Tentative {
+    fn drop(&mut self) {
+        self.ctx
+            .tentative
+            .lock()
+            .expect("tentative lock")
+            .remove(&self.name);
+    }
+}
+
 /// Claim or reuse the Address of one interface.
 pub(super) async fn claim(
     ctx: &Arc<Context>,
@@ -268,6 +290,20 @@ pub(super) async fn claim(
     node: &str,
     r: &Resolved<'_>,
 ) -> Result<Arc<Address>> {
+    Ok(claim_pipelined(ctx, pod, owner, node, r).await?.0)
+}
+
+/// Claim or reuse the Address of one interface; when a claim is written, its OVN port is
+/// requested at the same time (the syncer programs it while the API write is in flight) and
+/// the ticket to [`ovn::wait`] for is returned. A write that loses its race leaves a port
+/// nobody wants: the next sync (a full reconcile) removes it.
+async fn claim_pipelined(
+    ctx: &Arc<Context>,
+    pod: &str,
+    owner: &str,
+    node: &str,
+    r: &Resolved<'_>,
+) -> Result<(Arc<Address>, Option<u64>)> {
     let api: Api<Address> = Api::all(ctx.client.clone());
     let mut skip: BTreeSet<Ipv4Addr> = BTreeSet::new();
     for _ in 0..32 {
@@ -321,7 +357,7 @@ pub(super) async fn claim(
                 let recorded =
                     cur.annotations().get(POD_ANNOTATION).map(String::as_str) == Some(pod);
                 if matches!(step, Step::Reuse { .. }) && spec == cur.spec && recorded {
-                    return Ok(cur);
+                    return Ok((cur, None));
                 }
                 let mut next = (*cur).clone();
                 next.spec = spec;
@@ -342,6 +378,15 @@ pub(super) async fn claim(
             .insert(POD_ANNOTATION.into(), pod.into());
         let name = obj.metadata.name.clone().unwrap_or_default();
         let ip: Option<Ipv4Addr> = obj.spec.ip.parse().ok();
+        let tentative = Tentative {
+            ctx: ctx.clone(),
+            name: name.clone(),
+        };
+        ctx.tentative
+            .lock()
+            .expect("tentative lock")
+            .insert(name.clone(), Arc::new(obj.clone()));
+        let ticket = ovn::request(ctx, &r.network.name);
         let result = match step {
             Step::Create { .. } => api.create(&PostParams::default(), &obj).await,
             _ => api.replace(&name, &PostParams::default(), &obj).await,
@@ -360,8 +405,10 @@ pub(super) async fn claim(
                     // the node's pool ran dry: refill it now, not at the next period
                     ctx.pool_kick.notify_one();
                 }
+                // in the index before it leaves the tentative claims: the syncer always sees it
                 ctx.upsert(written.clone());
-                return Ok(Arc::new(written));
+                drop(tentative);
+                return Ok((Arc::new(written), Some(ticket)));
             }
             Err(e) if Error::is_conflict(&e) => {
                 // someone was first: look at the object again and decide again
