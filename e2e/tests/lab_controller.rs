@@ -1281,7 +1281,61 @@ fn service_account_kubeconfig(lab: &Lab, system_ns: &str, sa: &str) -> std::path
     path
 }
 
-/// The Events stored in `ns` about the object `name`, as (type, reason, note).
+/// Removes a file (the service account's kubeconfig: it holds a token) when dropped.
+struct RemoveFile(std::path::PathBuf);
+
+impl Drop for RemoveFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Removes a VM's leftovers on the nodes (domain, tap and its OVS port, serial logs) when
+/// dropped; the VM and its pods go with their namespace.
+struct VmCleanup {
+    lab: Lab,
+    key: String,
+    log_dir: std::path::PathBuf,
+}
+
+impl VmCleanup {
+    fn clean(&self) {
+        let (ns, vm) = self.key.split_once('/').unwrap();
+        let _ = try_kubectl(
+            &self.lab,
+            &["-n", ns, "delete", "vm", vm, "--ignore-not-found"],
+        );
+        let tap = roam_migrator::controller::vms::tap_name(&self.key);
+        for n in ["node-a", "node-b"] {
+            let node = self.lab.node(n);
+            let _ = try_run(
+                "virsh",
+                &["-c", &node.libvirt, "destroy", &format!("{ns}_{vm}")],
+            );
+            let _ = try_run(
+                "ovs-vsctl",
+                &[
+                    &format!("--db={}", node.ovs_db),
+                    "--if-exists",
+                    "del-port",
+                    "br-int",
+                    &tap,
+                ],
+            );
+            let _ = try_run("ip", &["-n", &node.netns, "link", "del", &tap]);
+        }
+        let _ = std::fs::remove_dir_all(&self.log_dir);
+    }
+}
+
+impl Drop for VmCleanup {
+    fn drop(&mut self) {
+        self.clean();
+    }
+}
+
+/// The Events roam-controller stored in `ns` about the object `name`, as (type, reason,
+/// note) (the kubelet's own, e.g. a Warning for a missing cluster DNS, are not counted).
 fn events_about(lab: &Lab, ns: &str, name: &str) -> Vec<(String, String, String)> {
     get_json(
         lab,
@@ -1298,6 +1352,7 @@ fn events_about(lab: &Lab, ns: &str, name: &str) -> Vec<(String, String, String)
         .cloned()
         .unwrap_or_default()
         .iter()
+        .filter(|e| e["reportingComponent"] == "roam-controller")
         .map(|e| {
             (
                 e["type"].as_str().unwrap_or_default().to_string(),
@@ -1312,7 +1367,7 @@ fn events_about(lab: &Lab, ns: &str, name: &str) -> Vec<(String, String, String)
 /// other credential) with leader election on, and everything it does works: the Lease, the
 /// warm pool, the Network's status, a pod's claim and annotation, a bad pod's Warning Event,
 /// a soft delete and its Event about the (cluster-scoped) Address stored in the pod's
-/// namespace. Any request the API server refuses (a verb missing from the ClusterRole) fails
+/// namespace, a VirtualMachine booted (token Secret, launcher pod, status, Events). Any request the API server refuses (a verb missing from the ClusterRole) fails
 /// the test: the controller logs no "forbidden" and every Event it sent was stored.
 #[test]
 fn controller_runs_under_its_least_privilege_service_account() {
@@ -1328,6 +1383,15 @@ fn controller_runs_under_its_least_privilege_service_account() {
     let _ovn = LabNetwork::new(&lab, net, &[]);
     let _rbac = RbacFixture::apply(&lab, sys, sa);
     let kubeconfig = service_account_kubeconfig(&lab, sys, sa);
+    let _token = RemoveFile(kubeconfig.clone());
+    let vm_logs = lab.dir().join("r5-rbac-vms");
+    let _vm = VmCleanup {
+        lab: lab.clone(),
+        key: format!("{ns}/vm1"),
+        log_dir: vm_logs.clone(),
+    };
+    _vm.clean();
+    std::fs::create_dir_all(&vm_logs).expect("the VMs' log directory");
     // the token is the service account's: it may not do what the ClusterRole does not grant
     let as_sa = |args: &[&str]| {
         let mut all = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
@@ -1370,6 +1434,12 @@ fn controller_runs_under_its_least_privilege_service_account() {
             "roam.dev/lab=true",
             "--sweep-period-ms",
             "500",
+            "--shim-ports",
+            "17160-17169",
+            "--vm-log-dir",
+            vm_logs.to_str().unwrap(),
+            "--launcher-priority-class",
+            "system-node-critical",
         ],
     );
     let fail = |what: &str| -> ! {
@@ -1476,6 +1546,61 @@ fn controller_runs_under_its_least_privilege_service_account() {
         },
     );
     assert!(released.2.contains("r5-rbac-web"), "{released:?}");
+
+    // a VirtualMachine: its Address, its token Secret, its launcher pod on node-a (run by
+    // the real kubelet: roam-shim boots the guest), its status, its Events
+    let (kernel, initrd) = lab.guest();
+    create(
+        &lab,
+        "create",
+        &[
+            json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
+                 "metadata": {"name": "vm1", "namespace": ns},
+                 "spec": {"cpu": 1, "memoryMiB": 256, "node": "node-a",
+                          "boot": {"kernel": {"kernel": kernel, "initrd": initrd,
+                                              "cmdline": "console=ttyS0 quiet panic=-1"}}}}),
+        ],
+    );
+    let deadline = std::time::Instant::now() + LONG;
+    let status = loop {
+        let v = get_json(&lab, &["-n", ns, "get", "vm", "vm1"]);
+        if v["status"]["phase"] == "Running" {
+            break v["status"].clone();
+        }
+        if std::time::Instant::now() > deadline {
+            fail(&format!("the VM is not Running: {}", v["status"]));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(status["node"], "node-a", "{status}");
+    assert!(
+        status["interfaces"][0]["ip"]
+            .as_str()
+            .is_some_and(|ip| ip.starts_with("100.160.0.")),
+        "{status}"
+    );
+    let launcher = get_json(
+        &lab,
+        &[
+            "-n",
+            ns,
+            "get",
+            "pod",
+            status["pod"].as_str().expect("the launcher pod"),
+        ],
+    );
+    assert_eq!(launcher["spec"]["nodeName"], "node-a");
+    assert_eq!(
+        launcher["status"]["phase"], "Running",
+        "started by the real kubelet"
+    );
+    kubectl(&lab, &["-n", ns, "get", "secret", "vm1-shim-token"]);
+    wait_until(LONG, "the VM's Events", || {
+        let ev = events_about(&lab, ns, "vm1");
+        ev.iter()
+            .any(|(_, r, _)| r == "LauncherCreated")
+            .then_some(())
+    });
 
     // nothing was refused: no 403 in the log, every Event stored
     let log = ctl.log_text();
