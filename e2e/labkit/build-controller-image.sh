@@ -16,6 +16,11 @@ REPO=$(cd "$HERE/../.." && pwd)
 CACHE=${ROAM_CACHE:-/var/cache/roam}
 IMAGE=${1:-roam/roam-controller:dev}
 OUT=${2:-$CACHE/controller-image/roam-controller.tar}
+# the name the kubelet asks containerd for: a name without a registry is docker.io's
+case "${IMAGE%%/*}" in
+  *.*|*:*|localhost) ;;
+  *) [ "${IMAGE#*/}" != "$IMAGE" ] && IMAGE=docker.io/$IMAGE || IMAGE=docker.io/library/$IMAGE ;;
+esac
 mkdir -p "$(dirname "$OUT")"
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
