@@ -1176,3 +1176,451 @@ fn vlan_network_static_and_dhcp_addresses() {
         "the lease carries the VLAN's mask"
     );
 }
+
+/// `deploy/controller/rbac.yaml` with its names made this test's own (namespace, service
+/// account, roles): the rules are the file's, untouched.
+fn rbac_manifest(system_ns: &str, name: &str) -> String {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/controller/rbac.yaml"
+    ))
+    .expect("read deploy/controller/rbac.yaml");
+    text.replace("roam-system", system_ns)
+        .replace("roam-controller", name)
+}
+
+/// Removes the RBAC objects (and the namespace) of [`rbac_manifest`] when dropped.
+struct RbacFixture {
+    lab: Lab,
+    file: std::path::PathBuf,
+}
+
+impl RbacFixture {
+    fn apply(lab: &Lab, system_ns: &str, name: &str) -> RbacFixture {
+        let file = lab.dir().join(format!("{name}-rbac.yaml"));
+        std::fs::write(&file, rbac_manifest(system_ns, name)).expect("write the RBAC manifest");
+        let f = RbacFixture {
+            lab: lab.clone(),
+            file,
+        };
+        f.delete();
+        kubectl(lab, &["apply", "-f", f.file.to_str().unwrap()]);
+        f
+    }
+
+    fn delete(&self) {
+        let _ = try_kubectl(
+            &self.lab,
+            &[
+                "delete",
+                "--ignore-not-found",
+                "--wait=true",
+                "--timeout=120s",
+                "-f",
+                self.file.to_str().unwrap(),
+            ],
+        );
+    }
+}
+
+impl Drop for RbacFixture {
+    fn drop(&mut self) {
+        self.delete();
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+/// A kubeconfig for the lab's API server that authenticates as `system_ns/sa` with the token
+/// Kubernetes 1.20 put in the service account's Secret (the lab's kube-controller-manager
+/// creates it), written under the lab directory.
+fn service_account_kubeconfig(lab: &Lab, system_ns: &str, sa: &str) -> std::path::PathBuf {
+    let secret = wait_until(LONG, "the service account's token Secret", || {
+        let s = get_json(lab, &["-n", system_ns, "get", "serviceaccount", sa]);
+        s["secrets"][0]["name"].as_str().map(str::to_string)
+    });
+    let token = wait_until(LONG, "the token in the Secret", || {
+        try_kubectl(
+            lab,
+            &[
+                "-n",
+                system_ns,
+                "get",
+                "secret",
+                &secret,
+                "-o",
+                "go-template={{.data.token | base64decode}}",
+            ],
+        )
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+    });
+    let s = get_json(lab, &["-n", system_ns, "get", "secret", &secret]);
+    let ca = s["data"]["ca.crt"]
+        .as_str()
+        .expect("ca.crt in the token Secret");
+    let server = kubectl(
+        lab,
+        &[
+            "config",
+            "view",
+            "--raw",
+            "--minify",
+            "-o",
+            "jsonpath={.clusters[0].cluster.server}",
+        ],
+    );
+    let kc = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "lab", "cluster": {"server": server.trim(), "certificate-authority-data": ca}}],
+        "users": [{"name": sa, "user": {"token": token.trim()}}],
+        "contexts": [{"name": sa, "context": {"cluster": "lab", "user": sa}}],
+        "current-context": sa,
+    });
+    let path = lab.dir().join(format!("{sa}.kubeconfig"));
+    std::fs::write(&path, kc.to_string()).expect("write the service account's kubeconfig");
+    path
+}
+
+/// Removes a file (the service account's kubeconfig: it holds a token) when dropped.
+struct RemoveFile(std::path::PathBuf);
+
+impl Drop for RemoveFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Removes a VM's leftovers on the nodes (domain, tap and its OVS port, serial logs) when
+/// dropped; the VM and its pods go with their namespace.
+struct VmCleanup {
+    lab: Lab,
+    key: String,
+    log_dir: std::path::PathBuf,
+}
+
+impl VmCleanup {
+    fn clean(&self) {
+        let (ns, vm) = self.key.split_once('/').unwrap();
+        let _ = try_kubectl(
+            &self.lab,
+            &["-n", ns, "delete", "vm", vm, "--ignore-not-found"],
+        );
+        let tap = roam_migrator::controller::vms::tap_name(&self.key);
+        for n in ["node-a", "node-b"] {
+            let node = self.lab.node(n);
+            let _ = try_run(
+                "virsh",
+                &["-c", &node.libvirt, "destroy", &format!("{ns}_{vm}")],
+            );
+            let _ = try_run(
+                "ovs-vsctl",
+                &[
+                    &format!("--db={}", node.ovs_db),
+                    "--if-exists",
+                    "del-port",
+                    "br-int",
+                    &tap,
+                ],
+            );
+            let _ = try_run("ip", &["-n", &node.netns, "link", "del", &tap]);
+        }
+        let _ = std::fs::remove_dir_all(&self.log_dir);
+    }
+}
+
+impl Drop for VmCleanup {
+    fn drop(&mut self) {
+        self.clean();
+    }
+}
+
+/// The Events roam-controller stored in `ns` about the object `name`, as (type, reason,
+/// note) (the kubelet's own, e.g. a Warning for a missing cluster DNS, are not counted).
+fn events_about(lab: &Lab, ns: &str, name: &str) -> Vec<(String, String, String)> {
+    get_json(
+        lab,
+        &[
+            "-n",
+            ns,
+            "get",
+            "events",
+            "--field-selector",
+            &format!("involvedObject.name={name}"),
+        ],
+    )["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| e["reportingComponent"] == "roam-controller")
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or_default().to_string(),
+                e["reason"].as_str().unwrap_or_default().to_string(),
+                e["message"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// roam-controller runs as the ServiceAccount of `deploy/controller/rbac.yaml` (its token, no
+/// other credential) with leader election on, and everything it does works: the Lease, the
+/// warm pool, the Network's status, a pod's claim and annotation, a bad pod's Warning Event,
+/// a soft delete and its Event about the (cluster-scoped) Address stored in the pod's
+/// namespace, a VirtualMachine booted (token Secret, launcher pod, status, Events). Any request the API server refuses (a verb missing from the ClusterRole) fails
+/// the test: the controller logs no "forbidden" and every Event it sent was stored.
+#[test]
+fn controller_runs_under_its_least_privilege_service_account() {
+    let lab = Lab::get();
+    let (sys, sa, ns, net, label) = (
+        "r5-rbac-system",
+        "r5-rbac-ctl",
+        "r5-rbac",
+        "r5rbac",
+        "r5-rbac",
+    );
+    let _fixture = KubeFixture::new(&lab, ns, &[net], &[]);
+    let _ovn = LabNetwork::new(&lab, net, &[]);
+    let _rbac = RbacFixture::apply(&lab, sys, sa);
+    let kubeconfig = service_account_kubeconfig(&lab, sys, sa);
+    let _token = RemoveFile(kubeconfig.clone());
+    let vm_logs = lab.dir().join("r5-rbac-vms");
+    let _vm = VmCleanup {
+        lab: lab.clone(),
+        key: format!("{ns}/vm1"),
+        log_dir: vm_logs.clone(),
+    };
+    _vm.clean();
+    std::fs::create_dir_all(&vm_logs).expect("the VMs' log directory");
+    // the token is the service account's: it may not do what the ClusterRole does not grant
+    let as_sa = |args: &[&str]| {
+        let mut all = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
+        all.extend_from_slice(args);
+        try_run(lab.kubectl(), &all)
+    };
+    assert!(
+        as_sa(&["-n", ns, "get", "configmaps"]).is_err(),
+        "the service account reads ConfigMaps: the token is not the service account's"
+    );
+    as_sa(&["get", "addresses"]).expect("the service account lists Addresses");
+    create(
+        &lab,
+        "create",
+        &[network(
+            net,
+            label,
+            json!({"subnet": "100.160.0.0/24", "transitSubnet": "169.254.160.0/24",
+            "poolSizePerNode": 2, "refillPeriodSeconds": 2, "mtu": 1400}),
+        )],
+    );
+    let ctl = ControllerProcess::start(
+        &lab,
+        sa,
+        18160,
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--leader-elect",
+            "true",
+            "--lease-namespace",
+            sys,
+            "--lease-name",
+            "r5-rbac-lease",
+            "--network-selector",
+            &format!("roam.dev/test={label}"),
+            "--pod-namespace",
+            ns,
+            "--node-selector",
+            "roam.dev/lab=true",
+            "--sweep-period-ms",
+            "500",
+            "--shim-ports",
+            "17160-17169",
+            "--vm-log-dir",
+            vm_logs.to_str().unwrap(),
+            "--launcher-priority-class",
+            "system-node-critical",
+        ],
+    );
+    let fail = |what: &str| -> ! {
+        panic!("{what}; controller log:\n{}", ctl.log_tail(80));
+    };
+
+    // leader election: the Lease in the controller's namespace
+    wait_until(LONG, "the Lease held by the controller", || {
+        (lease_holder(&lab, sys, "r5-rbac-lease").as_deref() == Some(sa)).then_some(())
+    });
+    // the warm pool on both nodes; the Network's status (Ready, transit addresses)
+    let deadline = std::time::Instant::now() + LONG;
+    loop {
+        let a = addresses(&lab, net);
+        if free_on(&a, "node-a") == 2 && free_on(&a, "node-b") == 2 {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            fail("no warm pool of 2 on node-a and node-b");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let n = get_json(&lab, &["get", "network", net]);
+    let ready = n["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned())
+        .unwrap_or_else(|| fail(&format!("no Ready condition: {n}")));
+    assert_eq!(ready["status"], "True", "{n}");
+    let t = transit(&lab, net);
+    assert!(
+        t.contains_key("node-a") && t.contains_key("node-b"),
+        "{t:?}"
+    );
+
+    // a pod: an Address claimed, roam.dev/addresses published
+    let ifaces = json!({"roam.dev/interfaces":
+        format!(r#"[{{"mode":"overlay","network":"{net}","interface":{{"name":"eth0"}}}}]"#)});
+    create(
+        &lab,
+        "create",
+        &[
+            pod(ns, "web", "node-a", ifaces, json!({})),
+            pod(
+                ns,
+                "bad",
+                "node-a",
+                json!({"roam.dev/interfaces": "not json"}),
+                json!({}),
+            ),
+        ],
+    );
+    let web = wait_published(&lab, &ctl, ns, "web");
+    let addr = web["address"].as_str().unwrap().to_string();
+    let a = address(&lab, &addr).expect("the Address");
+    assert_eq!(
+        (
+            &a["spec"]["owner"],
+            &a["spec"]["host"],
+            &a["spec"]["reserved"]
+        ),
+        (&json!("r5-rbac-web"), &json!("node-a"), &json!(true))
+    );
+    // bad input: roam.dev/error and a Warning Event on the pod
+    wait_until(LONG, "roam.dev/error on the bad pod", || {
+        pod_error(&lab, ns, "bad")
+    });
+    wait_until(LONG, "a Warning Event about the bad pod", || {
+        events_about(&lab, ns, "bad")
+            .into_iter()
+            .find(|(t, _, _)| t == "Warning")
+    });
+
+    // the pod goes: the Address is soft-deleted, and the Event about it (a cluster-scoped
+    // object) is stored in the pod's namespace
+    kubectl(
+        &lab,
+        &[
+            "-n",
+            ns,
+            "delete",
+            "pod",
+            "web",
+            "--grace-period=0",
+            "--force",
+        ],
+    );
+    let deadline = std::time::Instant::now() + LONG;
+    loop {
+        if address(&lab, &addr).is_some_and(|a| a["spec"]["deleted"] == true) {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            fail("the Address was not soft-deleted");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let released = wait_until(
+        LONG,
+        "the AddressReleased Event in the pod's namespace",
+        || {
+            events_about(&lab, ns, &addr)
+                .into_iter()
+                .find(|(_, r, _)| r == "AddressReleased")
+        },
+    );
+    assert!(released.2.contains("r5-rbac-web"), "{released:?}");
+
+    // a VirtualMachine: its Address, its token Secret, its launcher pod on node-a (run by
+    // the real kubelet: roam-shim boots the guest), its status, its Events
+    let (kernel, initrd) = lab.guest();
+    create(
+        &lab,
+        "create",
+        &[
+            json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
+                 "metadata": {"name": "vm1", "namespace": ns},
+                 "spec": {"cpu": 1, "memoryMiB": 256, "node": "node-a",
+                          "boot": {"kernel": {"kernel": kernel, "initrd": initrd,
+                                              "cmdline": "console=ttyS0 quiet panic=-1"}}}}),
+        ],
+    );
+    let deadline = std::time::Instant::now() + LONG;
+    let status = loop {
+        let v = get_json(&lab, &["-n", ns, "get", "vm", "vm1"]);
+        if v["status"]["phase"] == "Running" {
+            break v["status"].clone();
+        }
+        if std::time::Instant::now() > deadline {
+            fail(&format!("the VM is not Running: {}", v["status"]));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(status["node"], "node-a", "{status}");
+    assert!(
+        status["interfaces"][0]["ip"]
+            .as_str()
+            .is_some_and(|ip| ip.starts_with("100.160.0.")),
+        "{status}"
+    );
+    let launcher = get_json(
+        &lab,
+        &[
+            "-n",
+            ns,
+            "get",
+            "pod",
+            status["pod"].as_str().expect("the launcher pod"),
+        ],
+    );
+    assert_eq!(launcher["spec"]["nodeName"], "node-a");
+    assert_eq!(
+        launcher["status"]["phase"], "Running",
+        "started by the real kubelet"
+    );
+    kubectl(&lab, &["-n", ns, "get", "secret", "vm1-shim-token"]);
+    wait_until(LONG, "the VM's Events", || {
+        let ev = events_about(&lab, ns, "vm1");
+        ev.iter()
+            .any(|(_, r, _)| r == "LauncherCreated")
+            .then_some(())
+    });
+
+    // nothing was refused: no 403 in the log, every Event stored
+    let log = ctl.log_text();
+    let forbidden: Vec<&str> = log
+        .lines()
+        .filter(|l| l.to_lowercase().contains("forbidden"))
+        .collect();
+    assert!(
+        forbidden.is_empty(),
+        "requests refused under the service account:\n{}",
+        forbidden.join("\n")
+    );
+    let metrics = ctl.scrape().expect("metrics");
+    assert!(
+        !metrics.contains("event=\"k8s_events\",reason=\"failed\""),
+        "Events refused:\n{}",
+        ctl.log_tail(80)
+    );
+    assert!(
+        metrics.contains("event=\"k8s_events\",reason=\"published\""),
+        "{metrics}"
+    );
+}

@@ -6,6 +6,7 @@
 //!                 [--metrics-addr HOST:PORT|off] [--leader-elect true|false]
 //!                 [--lease-namespace NS] [--lease-name NAME] [--identity ID]
 //!                 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS]
+//!                 [--event-namespace NS (Events about Networks and pod-less Addresses; default)]
 //!                 [--concurrency N] [--ovn-debounce-ms MS] [--sweep-period-ms MS]
 //! ```
 //!
@@ -30,6 +31,7 @@ struct Flags {
     network_selector: Option<String>,
     node_selector: Option<String>,
     pod_namespace: Option<String>,
+    event_namespace: String,
     concurrency: u16,
     ovn_debounce_ms: u64,
     sweep_period_ms: u64,
@@ -42,7 +44,7 @@ struct Flags {
 
 const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] [--metrics-addr ADDR|off] \
 [--leader-elect true|false] [--lease-namespace NS] [--lease-name NAME] [--identity ID] \
-[--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--concurrency N] [--ovn-debounce-ms MS] \
+[--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--event-namespace NS] [--concurrency N] [--ovn-debounce-ms MS] \
 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI] \
 [--peer-libvirt-uri TEMPLATE({node},{ip})] [--vm-log-dir DIR] [--launcher-priority-class NAME] | --version";
 
@@ -89,6 +91,7 @@ fn parse() -> anyhow::Result<Flags> {
         "network-selector",
         "node-selector",
         "pod-namespace",
+        "event-namespace",
         "concurrency",
         "ovn-debounce-ms",
         "sweep-period-ms",
@@ -133,6 +136,7 @@ fn parse() -> anyhow::Result<Flags> {
         network_selector: get("network-selector"),
         node_selector: get("node-selector"),
         pod_namespace: get("pod-namespace"),
+        event_namespace: get("event-namespace").unwrap_or_else(|| "default".into()),
         concurrency: num("concurrency", 32)?.clamp(1, 1024) as u16,
         ovn_debounce_ms: num("ovn-debounce-ms", 20)?,
         sweep_period_ms: num("sweep-period-ms", 2000)?.max(100),
@@ -207,6 +211,7 @@ async fn main() -> anyhow::Result<()> {
         network_selector: flags.network_selector.clone(),
         node_selector: flags.node_selector.clone(),
         pod_namespace: flags.pod_namespace.clone(),
+        event_namespace: flags.event_namespace.clone(),
         concurrency: flags.concurrency,
         ovn_debounce: Duration::from_millis(flags.ovn_debounce_ms),
         sweep_period: Duration::from_millis(flags.sweep_period_ms),

@@ -139,6 +139,19 @@ impl Index {
         }
     }
 
+    /// Forget the Addresses of every Network not in `networks` (no longer managed).
+    pub fn retain_networks(&mut self, networks: &BTreeSet<String>) {
+        let gone: Vec<String> = self
+            .by_network
+            .iter()
+            .filter(|(n, _)| !networks.contains(*n))
+            .flat_map(|(_, names)| names.iter().cloned())
+            .collect();
+        for name in gone {
+            self.remove(&name, None);
+        }
+    }
+
     /// How long since this controller last saw `name` change.
     pub fn still_for(&self, name: &str) -> std::time::Duration {
         self.changed
@@ -254,5 +267,20 @@ mod tests {
         assert!(i.address("y").is_some(), "newer than the list: kept");
         assert!(i.address("z").is_some());
         assert_eq!(i.counts("n"), (2, 0, 0));
+    }
+
+    #[test]
+    fn only_the_managed_networks_addresses_are_kept() {
+        let mut i = Index::default();
+        i.upsert(a("x", 5, "node-a", true));
+        let mut other = a("o", 9, "node-a", false);
+        other.spec.network = "other".into();
+        i.upsert(other);
+        i.retain_networks(&["n".to_string()].into());
+        assert!(i.address("x").is_some());
+        assert!(i.address("o").is_none(), "not managed: forgotten");
+        assert!(i.of_network("other").is_empty());
+        i.retain_networks(&BTreeSet::new());
+        assert!(i.address("x").is_none());
     }
 }

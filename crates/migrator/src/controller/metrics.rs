@@ -48,6 +48,8 @@ impl Histogram {
 struct Inner {
     claim: Histogram,
     annotate: Histogram,
+    claimed_to_annotated: Histogram,
+    ovn_wait: Histogram,
     counters: BTreeMap<(String, String), u64>,
 }
 
@@ -69,6 +71,20 @@ impl Metrics {
     /// A pod waited `d` from the start of its reconcile to its `roam.dev/addresses`.
     pub fn annotate_latency(&self, d: Duration) {
         self.inner.lock().expect("metrics lock").annotate.observe(d);
+    }
+
+    /// A pod's last claim write returned `d` before its `roam.dev/addresses` was written.
+    pub fn claimed_to_annotated(&self, d: Duration) {
+        self.inner
+            .lock()
+            .expect("metrics lock")
+            .claimed_to_annotated
+            .observe(d);
+    }
+
+    /// A pod waited `d` for the OVN reconcile covering its claim.
+    pub fn ovn_wait(&self, d: Duration) {
+        self.inner.lock().expect("metrics lock").ovn_wait.observe(d);
     }
 
     /// Count one `event` labelled `label` (e.g. `claims`/`reuse`, `errors`/`PoolExhausted`).
@@ -103,6 +119,12 @@ impl Metrics {
         inner
             .annotate
             .render(&mut out, "roam_pod_address_duration_seconds");
+        out.push_str("# HELP roam_claim_to_annotation_seconds Time from a pod's claim written to its roam.dev/addresses written.\n# TYPE roam_claim_to_annotation_seconds histogram\n");
+        inner
+            .claimed_to_annotated
+            .render(&mut out, "roam_claim_to_annotation_seconds");
+        out.push_str("# HELP roam_ovn_wait_seconds Time a pod waited for the OVN reconcile covering its claim.\n# TYPE roam_ovn_wait_seconds histogram\n");
+        inner.ovn_wait.render(&mut out, "roam_ovn_wait_seconds");
         out.push_str("# HELP roam_events_total Claims, reclaims, soft deletes and failures by kind.\n# TYPE roam_events_total counter\n");
         for ((event, label), v) in &inner.counters {
             let _ = writeln!(

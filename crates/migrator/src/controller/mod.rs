@@ -29,6 +29,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
 use roam_network::ovsdb::ReconnectingClient;
 use tokio::sync::{Notify, mpsc};
 
@@ -62,6 +63,9 @@ pub struct Config {
     pub sweep_period: Duration,
     /// This instance's identity (Events' reporting instance).
     pub identity: String,
+    /// Where Events about cluster-scoped objects (Networks, Addresses without a pod) are
+    /// stored; an Address's Event goes to its pod's namespace (see [`crate::core::event`]).
+    pub event_namespace: String,
     /// Launcher pods (VM controller).
     pub vm: vms::VmConfig,
 }
@@ -87,6 +91,14 @@ pub struct Context {
     synced: Notify,
     flips: mpsc::UnboundedSender<Moved>,
     pods: Mutex<Option<Store<Pod>>>,
+    /// The managed Networks' names (`None` until the Network watch has listed): the Address
+    /// watch follows it.
+    managed: tokio::sync::watch::Sender<Option<std::collections::BTreeSet<String>>>,
+    /// Claims being written right now, by Address name: the OVN syncer programs their ports
+    /// while the API write is in flight (see [`pods`]).
+    tentative: Mutex<HashMap<String, Arc<Address>>>,
+    /// When this process last wrote a claim (the on-demand refill waits for a quiet moment).
+    last_claim: Mutex<Option<std::time::Instant>>,
     /// (network, IP) being claimed by a reconcile of this process right now.
     inflight: Mutex<std::collections::BTreeSet<(String, std::net::Ipv4Addr)>>,
 }
@@ -114,6 +126,7 @@ impl Context {
     }
 
     /// Publish an Event (in the background: an Event is never worth delaying a claim).
+    /// An Event about a cluster-scoped object is stored in the configured namespace.
     pub fn event(
         &self,
         reference: ObjectReference,
@@ -122,6 +135,51 @@ impl Context {
         action: &str,
         note: String,
     ) {
+        self.event_about(reference, None, warning, reason, action, note)
+    }
+
+    /// Publish an Event about an Address: stored in the namespace of the pod that claimed
+    /// it (its `roam.dev/pod`, also named as the related object), else in the configured one.
+    pub fn address_event(
+        &self,
+        a: &Address,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let pod = a.annotations().get(POD_ANNOTATION).cloned();
+        self.event_about(a.object_ref(&()), pod, warning, reason, action, note)
+    }
+
+    fn event_about(
+        &self,
+        mut reference: ObjectReference,
+        related_pod: Option<String>,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        // 1.20 refuses an Event about an object without a namespace outside kube-system:
+        // `regarding` names the namespace the Event is stored in
+        let ns = crate::core::event::event_namespace(
+            reference.namespace.as_deref(),
+            related_pod.as_deref(),
+            &self.config.event_namespace,
+        );
+        reference.namespace = Some(ns);
+        let secondary =
+            related_pod
+                .as_deref()
+                .and_then(|p| p.split_once('/'))
+                .map(|(pns, name)| ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    namespace: Some(pns.into()),
+                    name: Some(name.into()),
+                    ..Default::default()
+                });
         let recorder = self.recorder.clone();
         let ev = Event {
             type_: if warning {
@@ -132,13 +190,32 @@ impl Context {
             reason: reason.into(),
             note: Some(note.chars().take(1000).collect()),
             action: action.into(),
-            secondary: None,
+            secondary,
         };
+        let metrics = self.metrics.clone();
         tokio::spawn(async move {
-            if let Err(e) = recorder.publish(&ev, &reference).await {
-                tracing::debug!(error = %e, "cannot publish an Event");
+            match recorder.publish(&ev, &reference).await {
+                Ok(()) => metrics.count("k8s_events", "published"),
+                Err(e) => {
+                    // visible: a missing RBAC verb or a refused Event must not go unnoticed
+                    tracing::warn!(error = %e, reason = %ev.reason, regarding = ?reference.name, "cannot publish an Event");
+                    metrics.count("k8s_events", "failed");
+                }
             }
         });
+    }
+
+    /// Record that a claim was written now.
+    pub(crate) fn claimed_now(&self) {
+        *self.last_claim.lock().expect("claim lock") = Some(std::time::Instant::now());
+    }
+
+    /// How long since the last claim this process wrote (`None`: none yet).
+    pub(crate) fn since_last_claim(&self) -> Option<Duration> {
+        self.last_claim
+            .lock()
+            .expect("claim lock")
+            .map(|t| t.elapsed())
     }
 
     pub(crate) fn pod_store(&self) -> Option<Store<Pod>> {
@@ -188,6 +265,9 @@ pub async fn run(
         synced: Notify::new(),
         flips: flips_tx,
         pods: Mutex::new(None),
+        managed: tokio::sync::watch::Sender::new(None),
+        last_claim: Mutex::new(None),
+        tentative: Mutex::new(HashMap::new()),
         inflight: Mutex::new(Default::default()),
     });
     let mut tasks = tokio::task::JoinSet::new();

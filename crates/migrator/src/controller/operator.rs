@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
-use kube::{Api, Resource};
 
 use super::{Context, NETWORK_LABEL, POD_ANNOTATION, ovn, pods};
 use crate::api::{Address, AddressSpec};
@@ -27,6 +27,9 @@ use crate::error::{Error, Result};
 pub(super) async fn run(ctx: Arc<Context>) {
     ctx.wait_synced().await;
     let mut last_refill = Instant::now() - Duration::from_secs(3600);
+    // an on-demand refill waiting for the claims to pause
+    let mut pending = false;
+    let mut last_sweep = Instant::now() - Duration::from_secs(3600);
     loop {
         let period = {
             let idx = ctx.index.lock().expect("index lock");
@@ -36,20 +39,42 @@ pub(super) async fn run(ctx: Arc<Context>) {
                 .min()
                 .unwrap_or(Duration::from_secs(30))
         };
-        let kicked = tokio::time::timeout(ctx.config.sweep_period, ctx.pool_kick.notified())
+        let wait = if pending {
+            QUIET.min(ctx.config.sweep_period)
+        } else {
+            ctx.config.sweep_period
+        };
+        pending |= tokio::time::timeout(wait, ctx.pool_kick.notified())
             .await
             .is_ok();
-        if kicked || last_refill.elapsed() >= period {
+        if (pending && quiet(&ctx)) || last_refill.elapsed() >= period {
+            pending = false;
             last_refill = Instant::now();
             if let Err(e) = refill(&ctx).await {
                 tracing::warn!(error = %e, "pool refill failed");
             }
         }
+        if last_sweep.elapsed() < ctx.config.sweep_period {
+            continue;
+        }
+        last_sweep = Instant::now();
         if let Err(e) = sweep(&ctx).await {
             tracing::warn!(error = %e, "sweep failed");
         }
         write_counts(&ctx).await;
     }
+}
+
+/// How long the claims must have paused before an on-demand refill.
+const QUIET: Duration = Duration::from_millis(300);
+
+/// Whether no claim was written for [`QUIET`]. While pods keep coming, a claim on an empty
+/// pool creates its Address directly (one write, like a pool claim), so refilling then would
+/// only add writes — a pool Address is one create plus one update — and race the claims for
+/// the same IPs: an on-demand refill waits until the burst is over (the periodic one does
+/// not wait).
+fn quiet(ctx: &Context) -> bool {
+    ctx.since_last_claim().is_none_or(|s| s >= QUIET)
 }
 
 fn addresses_api(ctx: &Context) -> Api<Address> {
@@ -137,8 +162,8 @@ async fn refill(ctx: &Arc<Context>) -> Result<()> {
                     if actions.reclaim.contains(name) {
                         tracing::info!(address = %name, owner = ?a.spec.owner, "reclaimed after the grace period");
                         ctx.metrics.count("reclaims", &plan.name);
-                        ctx.event(
-                            a.object_ref(&()),
+                        ctx.address_event(
+                            a,
                             false,
                             "AddressReclaimed",
                             "Reclaim",
@@ -204,8 +229,8 @@ async fn sweep(ctx: &Arc<Context>) -> Result<()> {
         if write_spec(ctx, &a, spec).await? {
             tracing::info!(address = ?a.metadata.name, owner = ?a.spec.owner, "workload gone: soft-deleted");
             ctx.metrics.count("soft_deletes", &a.spec.network);
-            ctx.event(
-                a.object_ref(&()),
+            ctx.address_event(
+                &a,
                 false,
                 "AddressReleased",
                 "SoftDelete",

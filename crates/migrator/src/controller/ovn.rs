@@ -155,7 +155,23 @@ fn wanted(ctx: &Context, network: &str) -> Result<Option<Wanted>> {
     let Some(plan) = idx.networks.get(network).cloned() else {
         return Ok(None);
     };
-    let addresses = idx.of_network(network);
+    let mut addresses = idx.of_network(network);
+    // claims being written: their ports are programmed while the write is in flight
+    {
+        let tentative = ctx.tentative.lock().expect("tentative lock");
+        if tentative.values().any(|a| a.spec.network == network) {
+            let mut by_name: BTreeMap<String, Arc<crate::api::Address>> = addresses
+                .into_iter()
+                .filter_map(|a| Some((a.metadata.name.clone()?, a)))
+                .collect();
+            for (name, a) in tentative.iter() {
+                if a.spec.network == network {
+                    by_name.insert(name.clone(), a.clone());
+                }
+            }
+            addresses = by_name.into_values().collect();
+        }
+    }
     let nodes: Vec<String> = idx.nodes.iter().cloned().collect();
     match plan.mode {
         NetworkMode::Overlay => {

@@ -112,9 +112,17 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         Err(e) => return report(&ctx, &pod, e).await,
     };
     let mut held: Vec<Arc<Address>> = Vec::new();
+    let mut tickets: BTreeMap<String, u64> = BTreeMap::new();
+    let mut claimed_at = Instant::now();
     for r in &resolved {
-        match claim(&ctx, &key, &owner, &node, r).await {
-            Ok(a) => held.push(a),
+        match claim_pipelined(&ctx, &key, &owner, &node, r).await {
+            Ok((a, ticket)) => {
+                if let Some(t) = ticket {
+                    tickets.insert(r.network.name.clone(), t);
+                }
+                held.push(a);
+                claimed_at = Instant::now();
+            }
             Err(e) if e.is_bad_input() => return report(&ctx, &pod, e).await,
             Err(e @ Error::HeldElsewhere { .. }) => {
                 tracing::debug!(pod = %key, reason = %e, "waiting for the owner's other pod");
@@ -135,15 +143,19 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     if annotations.get(ADDRESSES) == Some(&json) && !annotations.contains_key(ERROR_ANNOTATION) {
         return Ok(Action::await_change());
     }
-    // the OVN ports exist before the CNI is told to plumb them
+    // the OVN ports exist before the CNI is told to plumb them: a claim written now was
+    // requested with its write (its ticket); an Address reused unchanged is requested here
     let networks: BTreeSet<&str> = resolved.iter().map(|r| r.network.name.as_str()).collect();
-    let tickets: Vec<(&str, u64)> = networks
-        .iter()
-        .map(|n| (*n, ovn::request(&ctx, n)))
-        .collect();
-    for (n, t) in tickets {
-        ovn::wait(&ctx, n, t).await?;
+    for n in networks {
+        if !tickets.contains_key(n) {
+            tickets.insert(n.to_string(), ovn::request(&ctx, n));
+        }
     }
+    let waited = Instant::now();
+    for (n, t) in &tickets {
+        ovn::wait(&ctx, n, *t).await?;
+    }
+    ctx.metrics.ovn_wait(waited.elapsed());
     let api: Api<Pod> = Api::namespaced(
         ctx.client.clone(),
         pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -162,6 +174,7 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         Err(e) => return Err(e.into()),
     }
     ctx.metrics.annotate_latency(started.elapsed());
+    ctx.metrics.claimed_to_annotated(claimed_at.elapsed());
     let summary: Vec<String> = published
         .iter()
         .map(|p| {
@@ -172,13 +185,9 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         })
         .collect();
     tracing::info!(pod = %key, %owner, %node, addresses = ?summary, took = ?started.elapsed(), "addresses published");
-    ctx.event(
-        pod.object_ref(&()),
-        false,
-        "AddressesAssigned",
-        "Claim",
-        format!("on {node}: {}", summary.join(", ")),
-    );
+    // counted, not an Event: an Event per pod is one more API write on the claim's path
+    // (Events are for failures, soft deletes and reclaims)
+    ctx.metrics.count("pods_annotated", &node);
     Ok(Action::await_change())
 }
 
@@ -257,6 +266,22 @@ impl Drop for Inflight {
     }
 }
 
+/// A claim being written, shown to the OVN syncer until the write is done.
+struct Tentative {
+    ctx: Arc<Context>,
+    name: String,
+}
+
+impl Drop for Tentative {
+    fn drop(&mut self) {
+        self.ctx
+            .tentative
+            .lock()
+            .expect("tentative lock")
+            .remove(&self.name);
+    }
+}
+
 /// Claim or reuse the Address of one interface.
 pub(super) async fn claim(
     ctx: &Arc<Context>,
@@ -265,6 +290,20 @@ pub(super) async fn claim(
     node: &str,
     r: &Resolved<'_>,
 ) -> Result<Arc<Address>> {
+    Ok(claim_pipelined(ctx, pod, owner, node, r).await?.0)
+}
+
+/// Claim or reuse the Address of one interface; when a claim is written, its OVN port is
+/// requested at the same time (the syncer programs it while the API write is in flight) and
+/// the ticket to [`ovn::wait`] for is returned. A write that loses its race leaves a port
+/// nobody wants: the next sync (a full reconcile) removes it.
+async fn claim_pipelined(
+    ctx: &Arc<Context>,
+    pod: &str,
+    owner: &str,
+    node: &str,
+    r: &Resolved<'_>,
+) -> Result<(Arc<Address>, Option<u64>)> {
     let api: Api<Address> = Api::all(ctx.client.clone());
     let mut skip: BTreeSet<Ipv4Addr> = BTreeSet::new();
     for _ in 0..32 {
@@ -318,7 +357,7 @@ pub(super) async fn claim(
                 let recorded =
                     cur.annotations().get(POD_ANNOTATION).map(String::as_str) == Some(pod);
                 if matches!(step, Step::Reuse { .. }) && spec == cur.spec && recorded {
-                    return Ok(cur);
+                    return Ok((cur, None));
                 }
                 let mut next = (*cur).clone();
                 next.spec = spec;
@@ -339,6 +378,15 @@ pub(super) async fn claim(
             .insert(POD_ANNOTATION.into(), pod.into());
         let name = obj.metadata.name.clone().unwrap_or_default();
         let ip: Option<Ipv4Addr> = obj.spec.ip.parse().ok();
+        let tentative = Tentative {
+            ctx: ctx.clone(),
+            name: name.clone(),
+        };
+        ctx.tentative
+            .lock()
+            .expect("tentative lock")
+            .insert(name.clone(), Arc::new(obj.clone()));
+        let ticket = ovn::request(ctx, &r.network.name);
         let result = match step {
             Step::Create { .. } => api.create(&PostParams::default(), &obj).await,
             _ => api.replace(&name, &PostParams::default(), &obj).await,
@@ -352,12 +400,15 @@ pub(super) async fn claim(
                     Step::Create { .. } => "create",
                 };
                 ctx.metrics.count("claims", kind);
+                ctx.claimed_now();
                 if kind == "create" {
                     // the node's pool ran dry: refill it now, not at the next period
                     ctx.pool_kick.notify_one();
                 }
+                // in the index before it leaves the tentative claims: the syncer always sees it
                 ctx.upsert(written.clone());
-                return Ok(Arc::new(written));
+                drop(tentative);
+                return Ok((Arc::new(written), Some(ticket)));
             }
             Err(e) if Error::is_conflict(&e) => {
                 // someone was first: look at the object again and decide again

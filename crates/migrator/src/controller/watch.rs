@@ -1,4 +1,6 @@
 //! Watches that feed the index: Addresses, Networks (those the selector picks) and Nodes.
+//! With a Network selector, only the managed Networks' Addresses are watched (label
+//! `roam.dev/network in (...)`), the watch started again when that set changes.
 //! A watch that breaks is re-listed (kube's watcher, with backoff); a re-list replaces what
 //! the index holds, so a delete missed while disconnected is not kept forever.
 
@@ -29,12 +31,52 @@ pub(super) fn mark_synced(ctx: &Context, which: usize) {
     ctx.synced.notify_waiters();
 }
 
-/// Watch every Address.
+/// Watch the Addresses of the managed Networks (every Address without a Network selector).
 pub(super) async fn addresses(ctx: Arc<Context>) {
     let api: Api<Address> = Api::all(ctx.client.clone());
-    let mut stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
+    if ctx.config.network_selector.is_none() {
+        return watch_addresses(&ctx, api, watcher::Config::default(), None).await;
+    }
+    let mut managed = ctx.managed.subscribe();
+    loop {
+        let names = match managed.wait_for(Option::is_some).await {
+            Ok(n) => n.clone().unwrap_or_default(),
+            Err(_) => return,
+        };
+        match crate::core::network::address_selector(super::NETWORK_LABEL, &names) {
+            None => {
+                // no managed Network: no Address of ours
+                {
+                    let mut idx = ctx.index.lock().expect("index lock");
+                    idx.relist(Vec::new());
+                    idx.retain_networks(&names);
+                }
+                mark_synced(&ctx, 0);
+                if managed.changed().await.is_err() {
+                    return;
+                }
+            }
+            Some(selector) => {
+                tracing::info!(%selector, "watching the managed Networks' Addresses");
+                let wc = watcher::Config::default().labels(&selector);
+                tokio::select! {
+                    _ = watch_addresses(&ctx, api.clone(), wc, Some(&names)) => return,
+                    r = managed.changed() => if r.is_err() { return },
+                }
+            }
+        }
+    }
+}
+
+/// Feed the index from a watch of `api` (with `wc`); `scope`: the managed Networks (an
+/// Address of another one is forgotten at a re-list).
+async fn watch_addresses(
+    ctx: &Arc<Context>,
+    api: Api<Address>,
+    wc: watcher::Config,
+    scope: Option<&std::collections::BTreeSet<String>>,
+) {
+    let mut stream = watcher(api, wc).default_backoff().boxed();
     let mut init: Vec<Address> = Vec::new();
     loop {
         match stream.try_next().await {
@@ -53,14 +95,37 @@ pub(super) async fn addresses(ctx: Arc<Context>) {
             Ok(Some(watcher::Event::InitDone)) => {
                 let list = std::mem::take(&mut init);
                 tracing::info!(addresses = list.len(), "addresses listed");
-                ctx.index.lock().expect("index lock").relist(list);
-                mark_synced(&ctx, 0);
+                {
+                    let mut idx = ctx.index.lock().expect("index lock");
+                    idx.relist(list);
+                    if let Some(scope) = scope {
+                        idx.retain_networks(scope);
+                    }
+                }
+                mark_synced(ctx, 0);
                 ctx.pool_kick.notify_one();
             }
             Ok(None) => return,
             Err(e) => tracing::warn!(error = %e, "address watch failed; retrying"),
         }
     }
+}
+
+/// Tell the Address watch which Networks are managed now.
+fn set_managed(ctx: &Context) {
+    let names: std::collections::BTreeSet<String> = ctx
+        .index
+        .lock()
+        .expect("index lock")
+        .network_objects
+        .keys()
+        .cloned()
+        .collect();
+    ctx.managed.send_if_modified(|m| {
+        let changed = m.as_ref() != Some(&names);
+        *m = Some(names);
+        changed
+    });
 }
 
 /// Watch the Networks the selector picks.
@@ -81,6 +146,7 @@ pub(super) async fn networks(ctx: Arc<Context>) {
                     .expect("index lock")
                     .network_objects
                     .insert(name, Arc::new(n));
+                set_managed(&ctx);
                 ctx.network_kick.notify_one();
             }
             Ok(Some(watcher::Event::Delete(n))) => {
@@ -90,6 +156,7 @@ pub(super) async fn networks(ctx: Arc<Context>) {
                     .expect("index lock")
                     .network_objects
                     .remove(&name);
+                set_managed(&ctx);
                 ctx.network_kick.notify_one();
             }
             Ok(Some(watcher::Event::Init)) => init.clear(),
@@ -103,6 +170,7 @@ pub(super) async fn networks(ctx: Arc<Context>) {
                         .collect();
                     idx.networks_listed = true;
                 }
+                set_managed(&ctx);
                 ctx.network_kick.notify_one();
             }
             Ok(None) => return,

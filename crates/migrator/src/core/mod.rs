@@ -9,8 +9,10 @@
 //! - [`ovn`]: whether a batch of ports is an addition (one small transaction) or a full
 //!   reconcile, and the topology of just the additions.
 //! - [`pool`]: the warm pool, reclaim after the grace, orphaned and doubly claimed Addresses.
+//! - [`event`]: the namespace an Event about an object is stored in.
 
 pub mod claim;
+pub mod event;
 pub mod network;
 pub mod ovn;
 pub mod pool;

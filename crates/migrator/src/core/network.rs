@@ -417,6 +417,16 @@ pub fn underlay_input(plan: &NetworkPlan) -> Option<UnderlaySpec> {
     })
 }
 
+/// The label selector for the Addresses of the managed Networks `names` (`label` is the
+/// Address label naming its Network); `None` when no Network is managed (watch nothing).
+pub fn address_selector<'a>(
+    label: &str,
+    names: impl IntoIterator<Item = &'a String>,
+) -> Option<String> {
+    let names: Vec<&str> = names.into_iter().map(String::as_str).collect();
+    (!names.is_empty()).then(|| format!("{label} in ({})", names.join(",")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -627,5 +637,15 @@ mod tests {
             // the oldest is always kept
             prop_assert!(!refused.contains("n0"));
         }
+    }
+
+    #[test]
+    fn address_selector_names_every_managed_network() {
+        let names: std::collections::BTreeSet<String> = ["b".into(), "a".into()].into();
+        assert_eq!(
+            address_selector("roam.dev/network", &names).as_deref(),
+            Some("roam.dev/network in (a,b)")
+        );
+        assert_eq!(address_selector("roam.dev/network", &[]), None);
     }
 }
