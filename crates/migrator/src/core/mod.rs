@@ -9,8 +9,10 @@
 //! - [`ovn`]: whether a batch of ports is an addition (one small transaction) or a full
 //!   reconcile, and the topology of just the additions.
 //! - [`pool`]: the warm pool, reclaim after the grace, orphaned and doubly claimed Addresses.
+//! - [`vm`]: a VM's interfaces → its Addresses and NICs; per Address, what a migration does.
 
 pub mod claim;
 pub mod network;
 pub mod ovn;
 pub mod pool;
+pub mod vm;
