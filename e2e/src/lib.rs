@@ -1149,3 +1149,108 @@ impl Drop for ControllerProcess {
         self.kill();
     }
 }
+
+/// A VLAN wire with a ToR for lab tests: physical network `physnet` mapped to `bridge` on
+/// both nodes ([`BridgeMapping`]), the two bridges joined by a veth pair (`wire`: node-a's
+/// end, node-b's end), and a ToR namespace (`TestNetns`) holding one access port per VLAN —
+/// an internal port of node-b's bridge tagged with the VLAN, moved into the namespace and
+/// given its address. What a leftover of a killed run left is removed first; everything is
+/// removed on drop.
+pub struct VlanTor {
+    /// The ToR's namespace (its access ports are named as given to [`VlanTor::new`]).
+    pub tor: TestNetns,
+    lab: Lab,
+    bridge: String,
+    wire: (String, String),
+    ports: Vec<String>,
+    _mappings: Vec<BridgeMapping>,
+}
+
+impl VlanTor {
+    /// Set it up; `vlans` lists (access port name ≤ 15 characters, VLAN tag, the ToR's
+    /// `address/len` on it).
+    pub fn new(
+        lab: &Lab,
+        physnet: &str,
+        bridge: &str,
+        wire: (&str, &str),
+        tor_suffix: &str,
+        vlans: &[(&str, u16, &str)],
+    ) -> VlanTor {
+        let (a, b) = (lab.node("node-a"), lab.node("node-b"));
+        let ports: Vec<String> = vlans.iter().map(|(p, _, _)| p.to_string()).collect();
+        Self::remove(lab, bridge, (wire.0, wire.1), &ports);
+        let mappings = vec![
+            BridgeMapping::add(lab, &a, physnet, bridge),
+            BridgeMapping::add(lab, &b, physnet, bridge),
+        ];
+        run(
+            "ip",
+            &[
+                "link", "add", wire.0, "netns", &a.netns, "type", "veth", "peer", "name", wire.1,
+                "netns", &b.netns,
+            ],
+        );
+        for (node, end) in [(&a, wire.0), (&b, wire.1)] {
+            run("ip", &["-n", &node.netns, "link", "set", end, "up"]);
+            vsctl(node, &["--may-exist", "add-port", bridge, end]);
+        }
+        let tor = TestNetns::new(tor_suffix);
+        for (port, tag, addr) in vlans {
+            vsctl(
+                &b,
+                &[
+                    "--may-exist",
+                    "add-port",
+                    bridge,
+                    port,
+                    &format!("tag={tag}"),
+                    "--",
+                    "set",
+                    "interface",
+                    port,
+                    "type=internal",
+                ],
+            );
+            wait_until(Duration::from_secs(20), "the ToR port to appear", || {
+                try_run("ip", &["-n", &b.netns, "link", "show", port]).ok()
+            });
+            run(
+                "ip",
+                &["-n", &b.netns, "link", "set", port, "netns", &tor.name],
+            );
+            tor.run("ip", &["addr", "add", addr, "dev", port]);
+            tor.run("ip", &["link", "set", port, "up"]);
+        }
+        VlanTor {
+            tor,
+            lab: lab.clone(),
+            bridge: bridge.into(),
+            wire: (wire.0.into(), wire.1.into()),
+            ports,
+            _mappings: mappings,
+        }
+    }
+
+    fn remove(lab: &Lab, bridge: &str, wire: (&str, &str), ports: &[String]) {
+        let (a, b) = (lab.node("node-a"), lab.node("node-b"));
+        let db = format!("--db={}", b.ovs_db);
+        for p in ports {
+            let _ = try_run("ovs-vsctl", &[&db, "--if-exists", "del-port", bridge, p]);
+        }
+        let _ = try_run("ip", &["-n", &a.netns, "link", "del", wire.0]);
+        let _ = try_run("ip", &["-n", &b.netns, "link", "del", wire.1]);
+    }
+}
+
+impl Drop for VlanTor {
+    fn drop(&mut self) {
+        // the ports and the wire here; the namespace and the bridges (mappings) as fields
+        Self::remove(
+            &self.lab,
+            &self.bridge,
+            (&self.wire.0, &self.wire.1),
+            &self.ports,
+        );
+    }
+}
