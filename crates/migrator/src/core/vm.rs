@@ -144,7 +144,13 @@ pub fn resolve_vm<'a>(
         INTERFACES.to_string(),
         serde_json::to_string(&as_pod).map_err(|e| invalid(vm, e.to_string()))?,
     )]);
-    let mut resolved = resolve(vm, &anns, networks)?;
+    // a VM's error names the VM (resolve speaks of pods)
+    let mut resolved = resolve(vm, &anns, networks).map_err(|e| match e {
+        Error::NoNetwork {
+            interface, problem, ..
+        } => invalid(vm, format!("interface {interface}: {problem}")),
+        e => e,
+    })?;
     // resolve re-parsed the annotation: restore the VM's DHCP choice
     for (r, want) in resolved.iter_mut().zip(&reqs) {
         r.request.interface.dhcp = want.interface.dhcp;
