@@ -255,6 +255,28 @@ impl Drop for OvnRows {
     }
 }
 
+/// On a failure: the controller's log tail, the launcher pods and their shims' logs.
+struct OnPanic<'a> {
+    lab: &'a Lab,
+    ctl: &'a ControllerProcess,
+}
+
+impl Drop for OnPanic<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        eprintln!("--- controller log ---\n{}", self.ctl.log_tail(80));
+        let pods = try_kubectl(self.lab, &["-n", NS, "get", "pods", "-o", "wide"]);
+        eprintln!("--- pods ---\n{}", pods.unwrap_or_else(|e| e));
+        for vm in [VM1, VM2] {
+            let pod = format!("{vm}-launcher");
+            let logs = try_kubectl(self.lab, &["-n", NS, "logs", &pod, "--tail=30"]);
+            eprintln!("--- {pod} ---\n{}", logs.unwrap_or_else(|e| e));
+        }
+    }
+}
+
 /// Annotate `name` to migrate to `to`; while it runs, record whether every port in `vlan_ports`
 /// was seen requested on both nodes with RARP activation. Returns the ended migration and
 /// whether multi-chassis was seen.
@@ -381,6 +403,10 @@ fn vms_on_vlans_and_with_two_interfaces_live_migrate_keeping_their_addresses() {
         args.extend(["--launcher-image", img.as_str()]);
     }
     let ctl = ControllerProcess::start(&lab, "v8-controller", 18153, &args);
+    let _on_panic = OnPanic {
+        lab: &lab,
+        ctl: &ctl,
+    };
     let net = |name: &str, spec: Value| {
         json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network",
                "metadata": {"name": name, "labels": {"roam.dev/test": "v8"}}, "spec": spec})
@@ -690,6 +716,7 @@ fn vms_on_vlans_and_with_two_interfaces_live_migrate_keeping_their_addresses() {
     );
     eprintln!("lab time {:.0?}", started.elapsed());
     drop(cli_ns);
+    drop(_on_panic);
     drop(ctl);
     drop(objects);
     drop(ovn);

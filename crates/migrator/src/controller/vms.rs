@@ -30,7 +30,7 @@ use crate::api::{
     VirtualMachineMigrationSpec, VirtualMachineStatus, VmPhase, parse_migrate_to,
 };
 use crate::core::claim::VM_LABEL;
-use crate::core::vm::{VmNic, interface_status, nics as vm_nics, resolve_vm};
+use crate::core::vm::{PortBook, VmNic, interface_status, nics as vm_nics, resolve_vm};
 use crate::error::{Error, Result};
 
 /// The label that marks a VM's launcher pod (value `true`).
@@ -396,25 +396,26 @@ pub(super) fn vm_addresses(ctx: &Context, vm: &VirtualMachine) -> Vec<Arc<Addres
 
 /// Pick a free shim port: one no other VM uses.
 async fn allocate_port(ctx: &Context, vm: &VirtualMachine) -> Result<u16> {
+    /// Ports picked by this process and not yet in a status (see [`PortBook`]).
+    static PORTS: std::sync::Mutex<PortBook> = std::sync::Mutex::new(PortBook::new());
     let api: Api<VirtualMachine> = Api::all(ctx.client.clone());
-    let used: BTreeSet<u16> = api
+    let used: BTreeMap<String, u16> = api
         .list(&ListParams::default())
         .await?
         .items
         .iter()
-        .filter(|v| v.uid() != vm.uid())
-        .filter_map(|v| v.status.as_ref()?.shim_port)
+        .filter_map(|v| Some((v.uid()?, v.status.as_ref()?.shim_port?)))
         .collect();
     let (lo, hi) = ctx.config.vm.shim_ports;
-    // start at a point derived from the VM, so concurrent first claims rarely collide
-    let span = (hi - lo) as u64 + 1;
+    // start at a point derived from the VM, so picks spread over the range
     let start = tap_name(&vm_key(vm))
         .bytes()
-        .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(b as u64))
-        % span;
-    (0..span)
-        .map(|i| lo + ((start + i) % span) as u16)
-        .find(|p| !used.contains(p))
+        .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(b as u64));
+    let span = (hi.saturating_sub(lo)) as u64 + 1;
+    PORTS
+        .lock()
+        .expect("port book lock")
+        .pick(&vm.uid().unwrap_or_default(), start % span, (lo, hi), &used)
         .ok_or_else(|| Error::InvalidVm {
             vm: vm_key(vm),
             problem: format!("no free shim port in {lo}-{hi}; widen --shim-ports"),

@@ -259,6 +259,56 @@ pub fn interface_status(nics: &[VmNic]) -> Vec<VmInterfaceStatus> {
         .collect()
 }
 
+// ---- the shims' API ports ----
+
+/// The shim ports this controller handed out that no VM's status shows yet: two VMs
+/// reconciled at the same moment both see the other's port as free in the API, so the pick
+/// and its reservation happen under one lock (the caller's) against this book.
+#[derive(Debug, Default)]
+pub struct PortBook {
+    pending: BTreeMap<String, u16>,
+}
+
+impl PortBook {
+    /// An empty book.
+    pub const fn new() -> PortBook {
+        PortBook {
+            pending: BTreeMap::new(),
+        }
+    }
+
+    /// A port in `lo..=hi` for the VM `uid`, starting the search at `start` (derived from the
+    /// VM, so that picks spread): not in any VM's status (`used`: uid → port) nor reserved
+    /// for another VM here; reserved until `used` shows it. The same VM asking again gets
+    /// the same port. `None`: the range is full.
+    pub fn pick(
+        &mut self,
+        uid: &str,
+        start: u64,
+        (lo, hi): (u16, u16),
+        used: &BTreeMap<String, u16>,
+    ) -> Option<u16> {
+        // a reservation ends once the VM's status carries a port (or the VM is gone and its
+        // port is in nobody's way: kept until then, harmless)
+        self.pending.retain(|u, _| !used.contains_key(u));
+        if let Some(p) = self.pending.get(uid) {
+            return Some(*p);
+        }
+        let taken: std::collections::BTreeSet<u16> = used
+            .iter()
+            .filter(|(u, _)| u.as_str() != uid)
+            .map(|(_, p)| *p)
+            .chain(self.pending.values().copied())
+            .collect();
+        let span = (hi.checked_sub(lo)? as u64) + 1;
+        let port = (0..span)
+            .map(|i| lo + ((start + i) % span) as u16)
+            .find(|p| !taken.contains(p))?;
+        self.pending.insert(uid.to_string(), port);
+        Some(port)
+    }
+}
+
 // ---- migration: per Address ----
 
 /// How an Address is attached, which decides what a switchover does with it.

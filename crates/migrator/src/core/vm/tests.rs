@@ -354,3 +354,36 @@ fn placements_read_the_address() {
     assert_eq!(p.host.as_deref(), Some("node-a"));
     assert_eq!(p.also_on, ["node-b"]);
 }
+
+#[test]
+fn two_vms_picked_at_once_never_share_a_shim_port() {
+    let mut book = PortBook::new();
+    let none = std::collections::BTreeMap::new();
+    // the same start (their hashes collide), neither status written yet
+    let a = book.pick("uid-a", 55, (17300, 17399), &none).unwrap();
+    let b = book.pick("uid-b", 55, (17300, 17399), &none).unwrap();
+    assert_eq!(a, 17355);
+    assert_ne!(
+        a, b,
+        "the second VM does not get the first one's reserved port"
+    );
+    assert_eq!(
+        book.pick("uid-a", 55, (17300, 17399), &none),
+        Some(a),
+        "stable"
+    );
+    // once the statuses show them, the reservations end and the statuses rule
+    let used =
+        std::collections::BTreeMap::from([("uid-a".to_string(), a), ("uid-b".to_string(), b)]);
+    let c = book.pick("uid-c", 55, (17300, 17399), &used).unwrap();
+    assert!(c != a && c != b);
+    assert!(
+        !book.pending.contains_key("uid-a") && !book.pending.contains_key("uid-b"),
+        "{book:?}"
+    );
+    // a full range
+    let mut small = PortBook::new();
+    assert_eq!(small.pick("x", 0, (1, 1), &none), Some(1));
+    assert_eq!(small.pick("y", 0, (1, 1), &none), None);
+    assert_eq!(small.pick("y", 0, (2, 1), &none), None, "an empty range");
+}
