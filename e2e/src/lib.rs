@@ -731,12 +731,15 @@ impl Drop for ShimProcess {
 /// replies and the longest silence between two replies.
 pub struct Pinger {
     child: std::process::Child,
+    /// Drains ping's output while it runs: an unread pipe fills after ~800 replies (64 KiB,
+    /// 1.6 s at 2 ms) and ping then blocks, so the silence that matters would never be seen.
+    reader: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Pinger {
     /// Start pinging `ip` from `ns`.
     pub fn start(ns: &TestNetns, ip: &str, interval_s: &str) -> Pinger {
-        let child = Command::new("ip")
+        let mut child = Command::new("ip")
             .args([
                 "netns", "exec", &ns.name, "ping", "-n", "-D", "-i", interval_s, "-W", "1", ip,
             ])
@@ -744,18 +747,28 @@ impl Pinger {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("start ping");
-        Pinger { child }
+        let mut stdout = child.stdout.take().expect("ping's stdout");
+        let reader = std::thread::spawn(move || {
+            use std::io::Read;
+            let mut out = String::new();
+            let _ = stdout.read_to_string(&mut out);
+            out
+        });
+        Pinger {
+            child,
+            reader: Some(reader),
+        }
     }
 
     /// Stop; returns (replies, longest silence between two replies).
     pub fn stop(mut self) -> (usize, Duration) {
-        use std::io::Read;
         let _ = try_run("kill", &["-INT", &self.child.id().to_string()]);
-        let mut out = String::new();
-        if let Some(mut s) = self.child.stdout.take() {
-            let _ = s.read_to_string(&mut out);
-        }
         let _ = self.child.wait();
+        let out = self
+            .reader
+            .take()
+            .and_then(|r| r.join().ok())
+            .unwrap_or_default();
         let stamps: Vec<f64> = out
             .lines()
             .filter(|l| l.contains("bytes from"))
@@ -763,6 +776,14 @@ impl Pinger {
             .collect();
         let longest = stamps.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
         (stamps.len(), Duration::from_secs_f64(longest))
+    }
+}
+
+impl Drop for Pinger {
+    fn drop(&mut self) {
+        // after stop() it has exited; after a failure it must not outlive the test
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -1147,5 +1168,110 @@ impl ControllerProcess {
 impl Drop for ControllerProcess {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A VLAN wire with a ToR for lab tests: physical network `physnet` mapped to `bridge` on
+/// both nodes ([`BridgeMapping`]), the two bridges joined by a veth pair (`wire`: node-a's
+/// end, node-b's end), and a ToR namespace (`TestNetns`) holding one access port per VLAN —
+/// an internal port of node-b's bridge tagged with the VLAN, moved into the namespace and
+/// given its address. What a leftover of a killed run left is removed first; everything is
+/// removed on drop.
+pub struct VlanTor {
+    /// The ToR's namespace (its access ports are named as given to [`VlanTor::new`]).
+    pub tor: TestNetns,
+    lab: Lab,
+    bridge: String,
+    wire: (String, String),
+    ports: Vec<String>,
+    _mappings: Vec<BridgeMapping>,
+}
+
+impl VlanTor {
+    /// Set it up; `vlans` lists (access port name ≤ 15 characters, VLAN tag, the ToR's
+    /// `address/len` on it).
+    pub fn new(
+        lab: &Lab,
+        physnet: &str,
+        bridge: &str,
+        wire: (&str, &str),
+        tor_suffix: &str,
+        vlans: &[(&str, u16, &str)],
+    ) -> VlanTor {
+        let (a, b) = (lab.node("node-a"), lab.node("node-b"));
+        let ports: Vec<String> = vlans.iter().map(|(p, _, _)| p.to_string()).collect();
+        Self::remove(lab, bridge, (wire.0, wire.1), &ports);
+        let mappings = vec![
+            BridgeMapping::add(lab, &a, physnet, bridge),
+            BridgeMapping::add(lab, &b, physnet, bridge),
+        ];
+        run(
+            "ip",
+            &[
+                "link", "add", wire.0, "netns", &a.netns, "type", "veth", "peer", "name", wire.1,
+                "netns", &b.netns,
+            ],
+        );
+        for (node, end) in [(&a, wire.0), (&b, wire.1)] {
+            run("ip", &["-n", &node.netns, "link", "set", end, "up"]);
+            vsctl(node, &["--may-exist", "add-port", bridge, end]);
+        }
+        let tor = TestNetns::new(tor_suffix);
+        for (port, tag, addr) in vlans {
+            vsctl(
+                &b,
+                &[
+                    "--may-exist",
+                    "add-port",
+                    bridge,
+                    port,
+                    &format!("tag={tag}"),
+                    "--",
+                    "set",
+                    "interface",
+                    port,
+                    "type=internal",
+                ],
+            );
+            wait_until(Duration::from_secs(20), "the ToR port to appear", || {
+                try_run("ip", &["-n", &b.netns, "link", "show", port]).ok()
+            });
+            run(
+                "ip",
+                &["-n", &b.netns, "link", "set", port, "netns", &tor.name],
+            );
+            tor.run("ip", &["addr", "add", addr, "dev", port]);
+            tor.run("ip", &["link", "set", port, "up"]);
+        }
+        VlanTor {
+            tor,
+            lab: lab.clone(),
+            bridge: bridge.into(),
+            wire: (wire.0.into(), wire.1.into()),
+            ports,
+            _mappings: mappings,
+        }
+    }
+
+    fn remove(lab: &Lab, bridge: &str, wire: (&str, &str), ports: &[String]) {
+        let (a, b) = (lab.node("node-a"), lab.node("node-b"));
+        let db = format!("--db={}", b.ovs_db);
+        for p in ports {
+            let _ = try_run("ovs-vsctl", &[&db, "--if-exists", "del-port", bridge, p]);
+        }
+        let _ = try_run("ip", &["-n", &a.netns, "link", "del", wire.0]);
+        let _ = try_run("ip", &["-n", &b.netns, "link", "del", wire.1]);
+    }
+}
+
+impl Drop for VlanTor {
+    fn drop(&mut self) {
+        // the ports and the wire here; the namespace and the bridges (mappings) as fields
+        Self::remove(
+            &self.lab,
+            &self.bridge,
+            (&self.wire.0, &self.wire.1),
+            &self.ports,
+        );
     }
 }

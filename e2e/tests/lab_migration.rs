@@ -8,6 +8,8 @@
 //! malformed annotation, a missing node, the node it is on) are refused with the reason in
 //! status and an Event, and the VM is untouched; a migration deleted mid-way (slowed by a
 //! low bandwidth) is Aborted and the VM keeps running on the source with its address.
+//! The way back is driven by the `kubectl roam` plugin (`migrate VM --to NODE --watch`): it
+//! exits 0 once the migration Succeeded, after printing its progress.
 
 mod migration_fixture;
 
@@ -33,7 +35,11 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
         let before = vm(&lab)["status"].clone();
         let (stream, stop) = Stream::start(&lab, cli_ns, &ip);
         std::thread::sleep(Duration::from_millis(500));
-        let m = migrate(&lab, ctl, to);
+        let m = if to == "node-a" {
+            migrate_with_plugin(&lab, to)
+        } else {
+            migrate(&lab, ctl, to)
+        };
         let st = &m["status"];
         assert_eq!(st["phase"], "Succeeded", "{m}\n{}", ctl.log_tail(60));
         assert_eq!(
@@ -154,4 +160,60 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
     wait_until(LONG, "the guest answers after the abort", || {
         cli_ns.ping_once(&ip).then_some(())
     });
+}
+
+/// `kubectl roam migrate VM --to NODE --watch` (the plugin binary, built now), as a user runs
+/// it: it must exit 0 and print the phases it went through; returns the migration it made.
+fn migrate_with_plugin(lab: &Lab, to: &str) -> serde_json::Value {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let built = std::process::Command::new(cargo)
+        .current_dir(&root)
+        .args([
+            "build",
+            "-q",
+            "-p",
+            "roam-migrator",
+            "--bin",
+            "kubectl-roam",
+        ])
+        .status()
+        .expect("run cargo build for kubectl-roam");
+    assert!(built.success(), "building kubectl-roam failed");
+    let bin = std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| root.join("target"))
+        .join("debug/kubectl-roam");
+    let before: Vec<String> = migrations(lab)
+        .iter()
+        .filter_map(|m| m["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    let out = std::process::Command::new(&bin)
+        .args(["migrate", VM, "--to", to, "--watch", "-n", NS])
+        .env("KUBECONFIG", lab.kubeconfig())
+        .output()
+        .expect("run kubectl-roam");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "kubectl roam migrate failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(
+        stdout.contains(&format!("roam.dev/migrate-to={to}"))
+            && stdout.contains(&format!("Succeeded: node-b → {to}")),
+        "the plugin reports the annotation and the outcome:\n{stdout}"
+    );
+    migrations(lab)
+        .into_iter()
+        .find(|m| {
+            !before.contains(
+                &m["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .expect("the plugin's migration")
 }

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use roam_dhcp_opts::MacAddr;
 use roam_e2e::{
-    BridgeMapping, Lab, TestNetns, attach_netns, nbctl, ovn_trace, run, trace_outputs, try_run,
-    vsctl, wait_until,
+    Lab, TestNetns, VlanTor, attach_netns, nbctl, ovn_trace, run, trace_outputs, try_run, vsctl,
+    wait_until,
 };
 use roam_network::ovsdb::Client;
 use roam_network::topology::{
@@ -114,17 +114,11 @@ impl Env {
     fn cleanup(&self) {
         for node in [self.lab.node("node-a"), self.lab.node("node-b")] {
             let db = format!("--db={}", node.ovs_db);
-            if node.name == "node-b" {
-                let _ = try_run("ovs-vsctl", &[&db, "--if-exists", "del-port", BRIDGE, TOR]);
-                let _ = try_run("ip", &["-n", &node.netns, "link", "del", WIRE.1]);
-            }
             if node.name == "node-a" {
                 for p in [WORKLOAD, DHCP_WORKLOAD] {
                     let _ = try_run("ovs-vsctl", &[&db, "--if-exists", "del-port", "br-int", p]);
                     let _ = try_run("ip", &["-n", &node.netns, "link", "del", p]);
                 }
-                // deleting one end of the pair deletes both
-                let _ = try_run("ip", &["-n", &node.netns, "link", "del", WIRE.0]);
             }
         }
         if let Err(e) = self.reconcile(&Topology::default()) {
@@ -184,7 +178,7 @@ fn capture(netns: &str, iface: &str, filter: &str, traffic: impl FnOnce()) -> St
 #[test]
 fn a_vlan_network_reaches_the_tor_with_tag_116_on_the_wire() {
     let env = Env::new();
-    let (a, b) = (env.lab.node("node-a"), env.lab.node("node-b"));
+    let a = env.lab.node("node-a");
 
     // --- the VLAN network lands: one switch, a tagged localnet port, the workload ---
     let t = plan_underlay(&spec(), &[workload(), dhcp_workload()]).expect("a valid plan");
@@ -226,46 +220,16 @@ fn a_vlan_network_reaches_the_tor_with_tag_116_on_the_wire() {
     assert_eq!(ls.trim(), "e2e-vlan-vlan116");
 
     // --- the physical side: bridges + mappings, the wire, the ToR ---
-    let _mappings = [
-        BridgeMapping::add(&env.lab, &a, PHYSNET, BRIDGE),
-        BridgeMapping::add(&env.lab, &b, PHYSNET, BRIDGE),
-    ];
-    run(
-        "ip",
-        &[
-            "link", "add", WIRE.0, "netns", &a.netns, "type", "veth", "peer", "name", WIRE.1,
-            "netns", &b.netns,
-        ],
+    let tor_addr = format!("{GW}/24");
+    let wire = VlanTor::new(
+        &env.lab,
+        PHYSNET,
+        BRIDGE,
+        WIRE,
+        "vlan-tor",
+        &[(TOR, VLAN, &tor_addr)],
     );
-    for (node, end) in [(&a, WIRE.0), (&b, WIRE.1)] {
-        run("ip", &["-n", &node.netns, "link", "set", end, "up"]);
-        vsctl(node, &["--may-exist", "add-port", BRIDGE, end]);
-    }
-    vsctl(
-        &b,
-        &[
-            "--may-exist",
-            "add-port",
-            BRIDGE,
-            TOR,
-            &format!("tag={VLAN}"),
-            "--",
-            "set",
-            "interface",
-            TOR,
-            "type=internal",
-        ],
-    );
-    wait_until(Duration::from_secs(20), "the ToR port to appear", || {
-        try_run("ip", &["-n", &b.netns, "link", "show", TOR]).ok()
-    });
-    let tor = TestNetns::new("vlan-tor");
-    run(
-        "ip",
-        &["-n", &b.netns, "link", "set", TOR, "netns", &tor.name],
-    );
-    tor.run("ip", &["addr", "add", &format!("{GW}/24"), "dev", TOR]);
-    tor.run("ip", &["link", "set", TOR, "up"]);
+    let tor = &wire.tor;
 
     // --- the workload: a static address of the VLAN's subnet, gateway on-link ---
     let w = TestNetns::new("vlan-w1");
@@ -438,7 +402,7 @@ fn a_vlan_network_reaches_the_tor_with_tag_116_on_the_wire() {
     assert!(w.ping_once(GW) || w.ping_once(GW));
 
     drop(w);
-    drop(tor);
+    drop(wire);
 }
 
 // ---- a migrating VM on a VLAN: one port bound on two chassis (multi-chassis) ----
@@ -517,18 +481,12 @@ impl McEnv {
         let (da, db) = (format!("--db={}", a.ovs_db), format!("--db={}", b.ovs_db));
         let _ = try_run(
             "ovs-vsctl",
-            &[&db, "--if-exists", "del-port", mc::BRIDGE, mc::TOR],
-        );
-        let _ = try_run(
-            "ovs-vsctl",
             &[&da, "--if-exists", "del-port", "br-int", mc::SRC],
         );
         let _ = try_run(
             "ovs-vsctl",
             &[&db, "--if-exists", "del-port", "br-int", mc::DST],
         );
-        let _ = try_run("ip", &["-n", &a.netns, "link", "del", mc::WIRE.0]);
-        let _ = try_run("ip", &["-n", &b.netns, "link", "del", mc::WIRE.1]);
         if let Err(e) = self
             .rt
             .block_on(reconcile(&self.nb, mc::NET, &Topology::default()))
@@ -601,59 +559,16 @@ fn a_migrating_vlan_port_is_bound_on_both_chassis_and_the_target_carries_traffic
     println!("{}", version.lines().next().unwrap_or_default());
 
     // --- the VLAN, the wire between the nodes' bridges, the ToR on node-b ---
-    let _mappings = [
-        BridgeMapping::add(lab, &a, mc::PHYSNET, mc::BRIDGE),
-        BridgeMapping::add(lab, &b, mc::PHYSNET, mc::BRIDGE),
-    ];
-    run(
-        "ip",
-        &[
-            "link",
-            "add",
-            mc::WIRE.0,
-            "netns",
-            &a.netns,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            mc::WIRE.1,
-            "netns",
-            &b.netns,
-        ],
+    let tor_addr = format!("{}/24", mc::TOR_IP);
+    let wire = VlanTor::new(
+        lab,
+        mc::PHYSNET,
+        mc::BRIDGE,
+        mc::WIRE,
+        "h4mc-tor",
+        &[(mc::TOR, mc::VLAN, &tor_addr)],
     );
-    for (node, end) in [(&a, mc::WIRE.0), (&b, mc::WIRE.1)] {
-        run("ip", &["-n", &node.netns, "link", "set", end, "up"]);
-        vsctl(node, &["--may-exist", "add-port", mc::BRIDGE, end]);
-    }
-    vsctl(
-        &b,
-        &[
-            "--may-exist",
-            "add-port",
-            mc::BRIDGE,
-            mc::TOR,
-            &format!("tag={}", mc::VLAN),
-            "--",
-            "set",
-            "interface",
-            mc::TOR,
-            "type=internal",
-        ],
-    );
-    wait_until(Duration::from_secs(20), "the ToR port to appear", || {
-        try_run("ip", &["-n", &b.netns, "link", "show", mc::TOR]).ok()
-    });
-    let tor = TestNetns::new("h4mc-tor");
-    run(
-        "ip",
-        &["-n", &b.netns, "link", "set", mc::TOR, "netns", &tor.name],
-    );
-    tor.run(
-        "ip",
-        &["addr", "add", &format!("{}/24", mc::TOR_IP), "dev", mc::TOR],
-    );
-    tor.run("ip", &["link", "set", mc::TOR, "up"]);
+    let tor = &wire.tor;
 
     // --- the VM lives on node-a ---
     let src = TestNetns::new("h4mc-src");
@@ -751,5 +666,5 @@ fn a_migrating_vlan_port_is_bound_on_both_chassis_and_the_target_carries_traffic
     );
 
     drop(dst);
-    drop(tor);
+    drop(wire);
 }

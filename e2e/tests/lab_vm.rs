@@ -104,10 +104,10 @@ fn domain_xml(lab: &Lab, serial: &str) -> String {
             initrd: Some(initrd.into()),
             cmdline: "console=ttyS0 quiet panic=-1".into(),
         },
-        nic: Nic {
+        nics: vec![Nic {
             mac: GUEST_MAC.parse().unwrap(),
             tap: TAP.into(),
-        },
+        }],
         serial_log: serial.into(),
     };
     roam_vm_shim::domain::domain_xml(&spec, Accel::Tcg).expect("a valid VM spec")

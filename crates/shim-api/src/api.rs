@@ -132,9 +132,21 @@ pub struct Prepared {
     pub libvirt_uri: String,
     /// Where the migration stream goes (`tcp://HOST`).
     pub migration_uri: String,
-    /// The tap created for the VM.
+    /// The tap created for the VM's first NIC.
     pub tap: String,
-    /// The OVN logical port the tap is bound to.
+    /// The OVN logical port that tap is bound to.
+    pub ovn_port: String,
+    /// Every NIC's tap and OVN port, in the guest's order (the first is `tap`/`ovn_port`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<PreparedNic>,
+}
+
+/// One NIC's plumbing on a migration's target.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedNic {
+    /// The tap.
+    pub tap: String,
+    /// The OVN logical port it is bound to.
     pub ovn_port: String,
 }
 

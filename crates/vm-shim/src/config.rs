@@ -13,6 +13,10 @@
 //!   --listen 0.0.0.0:17001 --token-file /secret/token --state-file /var/lib/roam/vm1.json \
 //!   --mode boot --instance vm1-launcher
 //! ```
+//!
+//! A VM with several NICs gives `--nics MAC/TAP/OVN-PORT,MAC/TAP/OVN-PORT,…` (in the guest's
+//! order: `eth0`, `eth1`, …; in a config file also a list of `{"mac","tap","ovn_port"}`)
+//! instead of `--mac`, `--tap` and `--ovn-port`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -48,9 +52,10 @@ struct RawConfig {
     cmdline: String,
     disk: Option<PathBuf>,
     disk_format: Option<String>,
-    mac: String,
-    tap: String,
-    ovn_port: String,
+    mac: Option<String>,
+    tap: Option<String>,
+    ovn_port: Option<String>,
+    nics: Option<RawNics>,
     serial_log: PathBuf,
     node: String,
     libvirt_uri: String,
@@ -69,6 +74,58 @@ struct RawConfig {
     instance: Option<String>,
 }
 
+/// `nics`: the flag's `MAC/TAP/OVN-PORT,…` or, in a file, a list of objects.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+enum RawNics {
+    Text(String),
+    List(Vec<RawNic>),
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNic {
+    mac: String,
+    tap: String,
+    ovn_port: String,
+}
+
+/// The NICs of a config: `nics`, or the one NIC of `mac` + `tap` + `ovn_port` (pure).
+fn raw_nics(raw: &RawConfig) -> Result<Vec<RawNic>> {
+    let single = [&raw.mac, &raw.tap, &raw.ovn_port];
+    match &raw.nics {
+        Some(_) if single.iter().any(|f| f.is_some()) => Err(config_err(
+            "give the NICs either as nics or as mac + tap + ovn_port, not both",
+        )),
+        Some(RawNics::List(list)) => Ok(list.clone()),
+        Some(RawNics::Text(text)) => text
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(|e| match e.split('/').collect::<Vec<_>>().as_slice() {
+                [mac, tap, port] => Ok(RawNic {
+                    mac: mac.to_string(),
+                    tap: tap.to_string(),
+                    ovn_port: port.to_string(),
+                }),
+                _ => Err(config_err(format!(
+                    "nics entry {e:?}: use MAC/TAP/OVN-PORT (entries separated by commas)"
+                ))),
+            })
+            .collect(),
+        None => match single {
+            [Some(mac), Some(tap), Some(ovn_port)] => Ok(vec![RawNic {
+                mac: mac.clone(),
+                tap: tap.clone(),
+                ovn_port: ovn_port.clone(),
+            }]),
+            _ => Err(config_err(
+                "give the VM's NIC: mac, tap and ovn_port (or nics for several)",
+            )),
+        },
+    }
+}
+
 fn default_bridge() -> String {
     "br-int".into()
 }
@@ -78,8 +135,9 @@ fn default_bridge() -> String {
 pub struct ShimConfig {
     /// The VM.
     pub vm: VmSpec,
-    /// The OVN logical port the VM's tap is bound to (`external_ids:iface-id`).
-    pub ovn_port: String,
+    /// Per NIC of `vm.nics` (same order), the OVN logical port its tap is bound to
+    /// (`external_ids:iface-id`).
+    pub ovn_ports: Vec<String>,
     /// This node's name (the OVN chassis).
     pub node: String,
     /// This node's libvirtd, for the shim.
@@ -105,6 +163,17 @@ pub struct ShimConfig {
     /// Who runs this shim (a launcher pod's name), echoed in the status: a client tells this
     /// shim from an older one of the same VM on the same node by it.
     pub instance: Option<String>,
+}
+
+impl ShimConfig {
+    /// Each NIC's tap with the OVN port it is bound to, in order.
+    pub fn plumbing(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.vm
+            .nics
+            .iter()
+            .map(|n| n.tap.as_str())
+            .zip(self.ovn_ports.iter().map(String::as_str))
+    }
 }
 
 /// Keys whose flag values are numbers.
@@ -177,24 +246,31 @@ fn build(
             ));
         }
     };
-    let mac = raw
-        .mac
-        .parse()
-        .map_err(|e| config_err(format!("mac {:?}: {e}", raw.mac)))?;
+    let raw_nics = raw_nics(&raw)?;
+    let mut nics = Vec::new();
+    for n in &raw_nics {
+        let mac = n
+            .mac
+            .parse()
+            .map_err(|e| config_err(format!("mac {:?}: {e}", n.mac)))?;
+        if n.ovn_port.trim().is_empty() {
+            return Err(config_err(format!("ovn_port is empty (tap {})", n.tap)));
+        }
+        nics.push(Nic {
+            mac,
+            tap: n.tap.clone(),
+        });
+    }
     let vm = VmSpec {
         name: raw.name.clone(),
         vcpus: raw.vcpus,
         memory_mib: raw.memory_mib,
         boot,
-        nic: Nic {
-            mac,
-            tap: raw.tap.clone(),
-        },
+        nics,
         serial_log: raw.serial_log.clone(),
     };
     vm.validate()?;
     for (what, v) in [
-        ("ovn_port", &raw.ovn_port),
         ("node", &raw.node),
         ("libvirt_uri", &raw.libvirt_uri),
         ("peer_libvirt_uri", &raw.peer_libvirt_uri),
@@ -232,7 +308,7 @@ fn build(
     let token = read_token(&raw.token_file)?;
     Ok(ShimConfig {
         vm,
-        ovn_port: raw.ovn_port,
+        ovn_ports: raw_nics.into_iter().map(|n| n.ovn_port).collect(),
         node: raw.node,
         libvirt_uri: raw.libvirt_uri,
         peer_libvirt_uri: raw.peer_libvirt_uri,
@@ -428,6 +504,7 @@ mod tests {
             (vec!["--disk", "/d.qcow2"], "exactly one boot source"),
             (vec!["--state-file", "rel.json"], "absolute"),
             (vec!["--ovn-port", ""], "ovn_port is empty"),
+            (vec!["--nics", "52:54:00:00:00:02/t2/p2"], "not both"),
         ];
         for (extra, expect) in cases {
             let mut f = full_flags();
@@ -446,6 +523,69 @@ mod tests {
         assert!(merge(Some("[1]"), &[]).is_err());
         assert!(merge(None, &flags(&["name"])).is_err());
         assert!(merge(None, &flags(&["--name"])).is_err());
+    }
+
+    fn without_single_nic(f: &mut Vec<String>) {
+        for k in ["--mac", "--tap", "--ovn-port"] {
+            let i = f.iter().position(|x| x == k).unwrap();
+            f.drain(i..i + 2);
+        }
+    }
+
+    #[test]
+    fn several_nics_in_order() {
+        let mut f = full_flags();
+        without_single_nic(&mut f);
+        f.extend(flags(&[
+            "--nics",
+            "52:54:00:00:00:01/h7tap/vm1.node-a, 52:54:00:00:00:02/h7tap1/vlan-port",
+        ]));
+        let c = build_ok(merge(None, &f).unwrap()).unwrap();
+        let taps: Vec<&str> = c.vm.nics.iter().map(|n| n.tap.as_str()).collect();
+        assert_eq!(taps, ["h7tap", "h7tap1"]);
+        assert_eq!(c.vm.nics[1].mac.to_string(), "52:54:00:00:00:02");
+        assert_eq!(c.ovn_ports, ["vm1.node-a", "vlan-port"]);
+        // the single-NIC flags are one NIC
+        let c = build_ok(merge(None, &full_flags()).unwrap()).unwrap();
+        assert_eq!(c.vm.nics.len(), 1);
+        assert_eq!(c.ovn_ports, ["vm1.node-a"]);
+        // a config file lists objects
+        let file = r#"{"nics":[{"mac":"52:54:00:00:00:01","tap":"a","ovn_port":"pa"},
+                              {"mac":"52:54:00:00:00:02","tap":"b","ovn_port":"pb"}]}"#;
+        let c = build_ok(merge(Some(file), &f[..f.len() - 2]).unwrap()).unwrap();
+        assert_eq!(c.ovn_ports, ["pa", "pb"]);
+    }
+
+    #[test]
+    fn bad_nic_lists_are_rejected_with_the_reason() {
+        for (nics, expect) in [
+            ("52:54:00:00:00:01/t", "use MAC/TAP/OVN-PORT"),
+            (
+                "52:54:00:00:00:01/t/p,52:54:00:00:00:01/u/q",
+                "both have MAC",
+            ),
+            (
+                "52:54:00:00:00:01/t/p,52:54:00:00:00:02/t/q",
+                "both use tap t",
+            ),
+            ("52:54:00:00:00:01/t/ ", "ovn_port is empty"),
+            ("zz/t/p", "mac"),
+            ("", "give 1 to 8"),
+        ] {
+            let mut f = full_flags();
+            without_single_nic(&mut f);
+            f.extend(flags(&["--nics", nics]));
+            let err = merge(None, &f).and_then(build_ok).unwrap_err().to_string();
+            assert!(
+                err.contains(expect),
+                "{nics:?}: {err:?} should mention {expect:?}"
+            );
+        }
+        let mut f = full_flags();
+        let i = f.iter().position(|x| x == "--tap").unwrap();
+        f.drain(i..i + 2);
+        let err = merge(None, &f).and_then(build_ok).unwrap_err().to_string();
+        assert!(err.contains("mac, tap and ovn_port"), "{err}");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //!   a stock guest kernel;
 //! - CPU model `qemu64`, identical on every node, so a live migration never meets a CPU the
 //!   target cannot provide;
-//! - the NIC is an unmanaged kernel tap (`type='ethernet'`, `managed='no'`) that the node's OVS
+//! - each NIC is an unmanaged kernel tap (`type='ethernet'`, `managed='no'`) that the node's OVS
 //!   carries as the VM's logical port, with checksum offload off on both sides: on OVS's
 //!   userspace datapath, offloaded checksums reach the peer unfinished and TCP silently breaks
 //!   while ping works. Both ends of a migration get the same XML.
@@ -88,12 +88,16 @@ pub fn domain_xml(spec: &VmSpec, accel: Accel) -> Result<String> {
             esc(&image.to_string_lossy())
         );
     }
-    let _ = writeln!(
-        x,
-        "    <interface type='ethernet'>\n      <mac address='{}'/>\n      <target dev='{}' managed='no'/>\n      <model type='virtio'/>\n      <driver><host csum='off'/><guest csum='off'/></driver>\n    </interface>",
-        spec.nic.mac,
-        esc(&spec.nic.tap)
-    );
+    // libvirt gives the NICs PCI slots in the order they appear, so the guest names them
+    // eth0, eth1, … in the spec's order (and a migration carries the addresses along)
+    for nic in &spec.nics {
+        let _ = writeln!(
+            x,
+            "    <interface type='ethernet'>\n      <mac address='{}'/>\n      <target dev='{}' managed='no'/>\n      <model type='virtio'/>\n      <driver><host csum='off'/><guest csum='off'/></driver>\n    </interface>",
+            nic.mac,
+            esc(&nic.tap)
+        );
+    }
     let _ = writeln!(
         x,
         "    <serial type='file'><source path='{}' append='on'/><target port='0'/></serial>",
@@ -119,6 +123,25 @@ mod tests {
         assert!(x.contains("<kernel>/var/cache/roam/guest/vmlinuz</kernel>"));
         assert!(x.contains("<memory unit='MiB'>256</memory>"));
         assert!(x.trim_end().ends_with("</domain>"));
+    }
+
+    #[test]
+    fn every_nic_is_in_the_xml_in_order() {
+        let mut v = lab_vm();
+        v.nics.push(crate::spec::Nic {
+            mac: "52:54:00:e2:e0:0b".parse().unwrap(),
+            tap: "vm-demo1".into(),
+        });
+        let x = domain_xml(&v, Accel::Tcg).unwrap();
+        assert_eq!(x.matches("<interface type='ethernet'>").count(), 2, "{x}");
+        assert_eq!(
+            x.matches("<host csum='off'/><guest csum='off'/>").count(),
+            2
+        );
+        let first = x.find("<target dev='vm-demo0' managed='no'/>").unwrap();
+        let second = x.find("<target dev='vm-demo1' managed='no'/>").unwrap();
+        assert!(first < second, "eth0 before eth1: {x}");
+        assert!(x.contains("<mac address='52:54:00:e2:e0:0b'/>"));
     }
 
     #[test]

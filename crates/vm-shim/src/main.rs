@@ -17,6 +17,7 @@ roam-shim: owns one libvirt domain and serves its migration API
 keys (JSON file or flags; a flag overrides the file):
   name vcpus memory-mib kernel initrd cmdline | disk disk-format   the VM
   mac tap ovn-port serial-log                                      its NIC and console
+  nics MAC/TAP/OVN-PORT,...        several NICs (eth0, eth1, ...) instead of mac tap ovn-port
   node libvirt-uri peer-libvirt-uri migration-uri                  this node
   ovs-db bridge(br-int)                                            this node's OVS
   listen token-file state-file mode(boot|incoming) kvm             the shim

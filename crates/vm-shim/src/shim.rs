@@ -27,7 +27,8 @@ use virt::domain::{Domain, DomainState as VirtState, MigrateParameters as VirtPa
 use virt::sys;
 
 use crate::api::{
-    self, DomainState, Incoming, Job, JobState, JobStats, MigrateRequest, Prepared, Status,
+    self, DomainState, Incoming, Job, JobState, JobStats, MigrateRequest, Prepared, PreparedNic,
+    Status,
 };
 use crate::client::ShimClient;
 use crate::config::{Mode, ShimConfig};
@@ -224,8 +225,11 @@ impl Shim {
                 let dom = dom.expect("a domain is here");
                 let state = blocking(move || domain_state(Some(&dom))).await;
                 tracing::info!(vm = %self.name(), ?state, "re-attached to the running domain");
-                // the tap exists (QEMU holds it); make sure OVS still carries it
-                net::ensure_ovs_port(&cfg.ovs_db, &cfg.bridge, &cfg.vm.nic.tap, &cfg.ovn_port).await
+                // the taps exist (QEMU holds them); make sure OVS still carries them
+                for (tap, port) in cfg.plumbing() {
+                    net::ensure_ovs_port(&cfg.ovs_db, &cfg.bridge, tap, port).await?;
+                }
+                Ok(())
             }
             StartAction::WaitForMigration => {
                 tracing::info!(vm = %self.name(), "waiting for an incoming migration");
@@ -260,11 +264,14 @@ impl Shim {
         Ok(())
     }
 
-    /// The tap and its OVS port.
+    /// Every NIC's tap and its OVS port.
     async fn plumb(&self) -> Result<()> {
         let cfg = &self.inner.cfg;
-        net::ensure_tap(&cfg.vm.nic.tap).await?;
-        net::ensure_ovs_port(&cfg.ovs_db, &cfg.bridge, &cfg.vm.nic.tap, &cfg.ovn_port).await
+        for (tap, port) in cfg.plumbing() {
+            net::ensure_tap(tap).await?;
+            net::ensure_ovs_port(&cfg.ovs_db, &cfg.bridge, tap, port).await?;
+        }
+        Ok(())
     }
 
     /// `GET /v1/status`.
@@ -311,8 +318,15 @@ impl Shim {
             node: cfg.node.clone(),
             libvirt_uri: cfg.peer_libvirt_uri.clone(),
             migration_uri: cfg.migration_uri.clone(),
-            tap: cfg.vm.nic.tap.clone(),
-            ovn_port: cfg.ovn_port.clone(),
+            tap: cfg.vm.nics[0].tap.clone(),
+            ovn_port: cfg.ovn_ports[0].clone(),
+            nics: cfg
+                .plumbing()
+                .map(|(tap, port)| PreparedNic {
+                    tap: tap.to_string(),
+                    ovn_port: port.to_string(),
+                })
+                .collect(),
         })
     }
 
@@ -724,13 +738,15 @@ impl Shim {
         }
         if self.domain().await.is_none() {
             let cfg = &self.inner.cfg;
-            if let Err(e) = net::remove_ovs_port(&cfg.ovs_db, &cfg.bridge, &cfg.vm.nic.tap).await {
-                tracing::warn!("{e}");
+            for (tap, _) in cfg.plumbing() {
+                if let Err(e) = net::remove_ovs_port(&cfg.ovs_db, &cfg.bridge, tap).await {
+                    tracing::warn!("{e}");
+                }
+                if let Err(e) = net::remove_tap(tap).await {
+                    tracing::warn!("{e}");
+                }
             }
-            if let Err(e) = net::remove_tap(&cfg.vm.nic.tap).await {
-                tracing::warn!("{e}");
-            }
-            tracing::info!(vm = %self.name(), "no domain here: removed the tap and its OVS port");
+            tracing::info!(vm = %self.name(), "no domain here: removed the taps and their OVS ports");
         } else {
             tracing::info!(vm = %self.name(), "the domain keeps running");
         }

@@ -12,6 +12,9 @@ pub const MIN_MEMORY_MIB: u64 = 32;
 pub const MAX_MEMORY_MIB: u64 = 1 << 20;
 /// Most vCPUs accepted (QEMU's `pc` machine limit).
 pub const MAX_VCPUS: u32 = 255;
+/// Most NICs accepted (each takes a PCI slot of the `pc` machine; 8 is plenty for a VM on a
+/// few networks).
+pub const MAX_NICS: usize = 8;
 
 /// How the guest boots.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,8 +37,9 @@ pub enum Boot {
     },
 }
 
-/// The VM's network interface: a kernel tap that the node's OVS `br-int` carries as the VM's
-/// logical port. (On OVS's userspace datapath QEMU cannot open an OVS internal port.)
+/// One network interface of the VM: a kernel tap that the node's OVS `br-int` carries as the
+/// interface's logical port. (On OVS's userspace datapath QEMU cannot open an OVS internal
+/// port.) The guest sees the NICs in the order given (`eth0`, `eth1`, …).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Nic {
     /// The VM's MAC: the Address's, so the VM keeps it across migrations.
@@ -56,8 +60,8 @@ pub struct VmSpec {
     pub memory_mib: u64,
     /// Boot source.
     pub boot: Boot,
-    /// Network interface.
-    pub nic: Nic,
+    /// Network interfaces, in the guest's order (1 to [`MAX_NICS`]).
+    pub nics: Vec<Nic>,
     /// File the serial console is appended to.
     pub serial_log: PathBuf,
 }
@@ -121,22 +125,41 @@ impl VmSpec {
                 }
             }
         }
-        if self.nic.mac.is_multicast() || self.nic.mac.is_zero() {
+        if self.nics.is_empty() || self.nics.len() > MAX_NICS {
             return bad(format!(
-                "MAC {}: a VM needs a unicast, non-zero MAC",
-                self.nic.mac
+                "{} NICs: give 1 to {MAX_NICS} (mac + tap each)",
+                self.nics.len()
             ));
         }
-        let tap = &self.nic.tap;
-        if tap.is_empty()
-            || tap.len() > 15
-            || !tap
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            return bad(format!(
-                "tap {tap:?}: a Linux interface name of 1-15 characters a-z, 0-9, '-', '_'"
-            ));
+        for (i, nic) in self.nics.iter().enumerate() {
+            if nic.mac.is_multicast() || nic.mac.is_zero() {
+                return bad(format!(
+                    "MAC {} of NIC {i}: a VM needs a unicast, non-zero MAC",
+                    nic.mac
+                ));
+            }
+            let tap = &nic.tap;
+            if tap.is_empty()
+                || tap.len() > 15
+                || !tap
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return bad(format!(
+                    "tap {tap:?}: a Linux interface name of 1-15 characters a-z, 0-9, '-', '_'"
+                ));
+            }
+            if let Some(j) = self.nics[..i].iter().position(|o| o.tap == nic.tap) {
+                return bad(format!(
+                    "NICs {j} and {i} both use tap {tap}: give each NIC its own tap"
+                ));
+            }
+            if let Some(j) = self.nics[..i].iter().position(|o| o.mac == nic.mac) {
+                return bad(format!(
+                    "NICs {j} and {i} both have MAC {}: give each NIC its own MAC",
+                    nic.mac
+                ));
+            }
         }
         if !self.serial_log.is_absolute() {
             return bad(format!(
@@ -162,10 +185,10 @@ pub(crate) mod tests {
                 initrd: Some("/var/cache/roam/guest/initramfs.gz".into()),
                 cmdline: "console=ttyS0 quiet panic=-1".into(),
             },
-            nic: Nic {
+            nics: vec![Nic {
                 mac: "52:54:00:e2:e0:0a".parse().unwrap(),
                 tap: "vm-demo0".into(),
-            },
+            }],
             serial_log: "/var/log/roam/demo.serial.log".into(),
         }
     }
@@ -173,6 +196,16 @@ pub(crate) mod tests {
     #[test]
     fn the_lab_guest_is_valid() {
         lab_vm().validate().unwrap();
+    }
+
+    #[test]
+    fn several_nics_with_their_own_tap_and_mac_are_valid() {
+        let mut v = lab_vm();
+        v.nics.push(Nic {
+            mac: "52:54:00:e2:e0:0b".parse().unwrap(),
+            tap: "vm-demo1".into(),
+        });
+        v.validate().unwrap();
     }
 
     #[test]
@@ -186,12 +219,36 @@ pub(crate) mod tests {
             (Box::new(|v| v.name = "a b".into()), "name"),
             (Box::new(|v| v.name = String::new()), "name"),
             (
-                Box::new(|v| v.nic.tap = "a-tap-name-too-long".into()),
+                Box::new(|v| v.nics[0].tap = "a-tap-name-too-long".into()),
                 "tap",
             ),
             (
-                Box::new(|v| v.nic.mac = "01:00:5e:00:00:01".parse().unwrap()),
+                Box::new(|v| v.nics[0].mac = "01:00:5e:00:00:01".parse().unwrap()),
                 "unicast",
+            ),
+            (Box::new(|v| v.nics.clear()), "give 1 to 8"),
+            (
+                Box::new(|v| {
+                    let n = v.nics[0].clone();
+                    v.nics = vec![n; 9]
+                }),
+                "give 1 to 8",
+            ),
+            (
+                Box::new(|v| {
+                    let mut n = v.nics[0].clone();
+                    n.mac = "52:54:00:e2:e0:0b".parse().unwrap();
+                    v.nics.push(n)
+                }),
+                "both use tap vm-demo0",
+            ),
+            (
+                Box::new(|v| {
+                    let mut n = v.nics[0].clone();
+                    n.tap = "vm-demo1".into();
+                    v.nics.push(n)
+                }),
+                "both have MAC 52:54:00:e2:e0:0a",
             ),
             (Box::new(|v| v.serial_log = "serial.log".into()), "absolute"),
             (

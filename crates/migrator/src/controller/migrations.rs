@@ -29,12 +29,13 @@ use roam_shim_api::events::Lifecycle;
 use serde_json::json;
 
 use super::Context;
-use super::vms::{self, LauncherSpec, vm_address, vm_key};
+use super::vms::{self, LauncherSpec, vm_key};
 use crate::api::{
     Address, Progress, VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus,
     VmPhase,
 };
 use crate::core::claim::{ALSO_ON, also_on};
+use crate::core::vm::{Move, Placement, When, flipped_in_pause, moves, ports_on, route_at};
 use crate::error::{Error, Result};
 use crate::migration::{Action, GuestAt, Job, Observed, Phase, PodState, RouteAt, step};
 
@@ -150,6 +151,15 @@ async fn move_address(ctx: &Arc<Context>, name: &str, host: &str, also: &[&str])
     Err(Error::Conflict(format!(
         "address {name}: 8 writes in a row lost their race"
     )))
+}
+
+/// Write every [`Move`] of the VM's Addresses (see [`crate::core::vm::moves`]).
+async fn apply_moves(ctx: &Arc<Context>, ms: Vec<Move>) -> Result<()> {
+    for m in ms {
+        let also: Vec<&str> = m.also_on.iter().map(String::as_str).collect();
+        move_address(ctx, &m.address, &m.host, &also).await?;
+    }
+    Ok(())
 }
 
 async fn patch_status(
@@ -321,7 +331,8 @@ async fn reconcile(
         .clone()
         .unwrap_or_else(|| format!("{mname}-target"));
     st.target_pod = Some(target_pod_name.clone());
-    let address = vm_address(&ctx, &vm);
+    let addresses = vms::vm_addresses(&ctx, &vm);
+    let placements: Vec<Placement> = addresses.iter().map(|a| Placement::of(a)).collect();
     // --- observe
     let target_pod = pods.get_opt(&target_pod_name).await?;
     // the target's shim, asked as soon as its pod exists (not when the kubelet gets round to
@@ -447,13 +458,8 @@ async fn reconcile(
     } else {
         GuestAt::Unknown
     };
-    let route = match address.as_ref().and_then(|a| a.spec.host.clone()) {
-        Some(h) if h == target => RouteAt::Target,
-        _ => RouteAt::Source,
-    };
-    let target_port = address.as_ref().is_some_and(|a| {
-        also_on(a).contains(&target) || a.spec.host.as_deref() == Some(target.as_str())
-    });
+    let route = route_at(&placements, &target);
+    let target_port = ports_on(&placements, &target);
     let timed_out = m.spec.timeout_seconds.is_some_and(|t| {
         st.start_time
             .as_ref()
@@ -473,28 +479,35 @@ async fn reconcile(
     let was = st.phase;
     let d = step(st.phase, &o);
     tracing::debug!(migration = %mname, ?o, ?d, "step");
-    let addr_name = address
-        .as_ref()
-        .and_then(|a| a.metadata.name.clone())
-        .unwrap_or_default();
     // --- act
     for a in &d.actions {
         match a {
             Action::CreateTarget => {
                 let Some(ip) = &target_ip else { continue };
-                let Some(addr) = &address else { continue };
-                move_address(&ctx, &addr_name, &source, &[target.as_str()]).await?;
-                let t = super::ovn::request(&ctx, &addr.spec.network);
-                super::ovn::wait(&ctx, &addr.spec.network, t).await?;
+                if addresses.is_empty() {
+                    continue;
+                }
+                apply_moves(
+                    &ctx,
+                    moves(&placements, When::PrepareTarget, &source, &target),
+                )
+                .await?;
+                let networks: BTreeSet<&str> =
+                    addresses.iter().map(|a| a.spec.network.as_str()).collect();
+                for n in networks {
+                    let t = super::ovn::request(&ctx, n);
+                    super::ovn::wait(&ctx, n, t).await?;
+                }
                 if target_pod.is_none() {
+                    let refs: Vec<&Address> = addresses.iter().map(|a| &**a).collect();
+                    let nics = crate::core::vm::nics_of_addresses(&vm_key(&vm), &target, &refs);
                     let l = LauncherSpec {
                         pod: target_pod_name.clone(),
                         node: &target,
                         node_ip: ip,
                         mode: "incoming",
                         migration: Some(&mname),
-                        mac: &addr.spec.mac,
-                        ovn_port: crate::core::claim::ovn_port(&addr.spec, &addr_name, &target),
+                        nics: &nics,
                         port,
                     };
                     let pod = vms::launcher_pod(&ctx.config.vm, &vm, &l)?;
@@ -538,7 +551,7 @@ async fn reconcile(
                     &m,
                     &source_client,
                     after,
-                    &addr_name,
+                    flipped_in_pause(&placements),
                     &source,
                     &target,
                     (target_client, target_pod_name.clone()),
@@ -551,10 +564,20 @@ async fn reconcile(
                 }
             }
             Action::RouteToTarget => {
-                move_address(&ctx, &addr_name, &target, &[source.as_str()]).await?;
+                // in the pause only the /32s flip; once the guest runs there, every port
+                let when = if o.guest == GuestAt::Target {
+                    When::GuestOnTarget
+                } else {
+                    When::Paused
+                };
+                apply_moves(&ctx, moves(&placements, when, &source, &target)).await?;
             }
             Action::RouteToSource => {
-                move_address(&ctx, &addr_name, &source, &[target.as_str()]).await?;
+                apply_moves(
+                    &ctx,
+                    moves(&placements, When::GuestOnSource, &source, &target),
+                )
+                .await?;
             }
             Action::DeleteSource => {
                 // the VM is the target's now, then the source pod goes
@@ -576,8 +599,9 @@ async fn reconcile(
                     Err(e) if Error::is_not_found(&e) => {}
                     Err(e) => return Err(e.into()),
                 }
-                if !addr_name.is_empty() && o.route == RouteAt::Source {
-                    move_address(&ctx, &addr_name, &source, &[]).await?;
+                if o.route == RouteAt::Source {
+                    apply_moves(&ctx, moves(&placements, When::TargetGone, &source, &target))
+                        .await?;
                 }
             }
         }
@@ -596,17 +620,17 @@ async fn reconcile(
         st.completion_time.get_or_insert_with(now);
         // the world settled: the port lives only where the guest runs (and, until the
         // source pod is gone, on the source too)
-        if !addr_name.is_empty() {
-            if st.phase == Phase::Succeeded {
-                let also: Vec<&str> = if source_pod_exists {
-                    vec![source.as_str()]
-                } else {
-                    vec![]
-                };
-                move_address(&ctx, &addr_name, &target, &also).await?;
-            } else if o.guest == GuestAt::Source {
-                move_address(&ctx, &addr_name, &source, &[]).await?;
-            }
+        let when = if st.phase == Phase::Succeeded {
+            Some(When::Succeeded {
+                source_pod: source_pod_exists,
+            })
+        } else if o.guest == GuestAt::Source {
+            Some(When::RolledBack)
+        } else {
+            None
+        };
+        if let Some(when) = when {
+            apply_moves(&ctx, moves(&placements, when, &source, &target)).await?;
         }
         if vst.migration.as_deref() == Some(mname.as_str()) {
             let (node, pod) = if st.phase == Phase::Succeeded {
@@ -739,25 +763,24 @@ async fn finish_invalid(
     Ok(KAction::await_change())
 }
 
-/// Long-poll the source shim's events; at `suspended-for-migration` flip the route to the
-/// target at once and record how long that took.
+/// Long-poll the source shim's events; at `suspended-for-migration` flip the routes (the
+/// VM's overlay Addresses) to the target at once and record how long that took.
 #[allow(clippy::too_many_arguments)]
 fn spawn_switchover(
     ctx: &Arc<Context>,
     m: &VirtualMachineMigration,
     source: &roam_shim_api::client::ShimClient,
     after: u64,
-    address: &str,
+    addresses: Vec<String>,
     source_node: &str,
     target_node: &str,
     (target_client, target_pod): (roam_shim_api::client::ShimClient, String),
     local: &Local,
 ) {
     let key = format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any());
-    let (ctx, client, address, source_node, target_node, l) = (
+    let (ctx, client, source_node, target_node, l) = (
         ctx.clone(),
         source.clone(),
-        address.to_string(),
         source_node.to_string(),
         target_node.to_string(),
         local.clone(),
@@ -789,10 +812,17 @@ fn spawn_switchover(
                             Wait::Landed,
                             &l,
                         );
-                        match move_address(&ctx, &address, &target_node, &[source_node.as_str()])
-                            .await
-                        {
-                            Ok(()) => {
+                        if addresses.is_empty() {
+                            // VLAN ports only: the target's binding activates on the guest's
+                            // RARP, there is no route to flip
+                            continue;
+                        }
+                        let also = [source_node.as_str()];
+                        let flips = addresses
+                            .iter()
+                            .map(|a| move_address(&ctx, a, &target_node, &also));
+                        match futures::future::try_join_all(flips).await {
+                            Ok(_) => {
                                 let ms = unix_ns().saturating_sub(e.at_unix_ns) / 1_000_000;
                                 tracing::info!(migration = %key, switchover_ms = ms, "route flipped in the pause window");
                                 let api: Api<VirtualMachineMigration> = Api::namespaced(

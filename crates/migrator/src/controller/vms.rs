@@ -20,7 +20,6 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
-use roam_network::annotation::INTERFACES;
 use roam_shim_api::api::DomainState;
 use roam_shim_api::client::ShimClient;
 use serde_json::json;
@@ -28,10 +27,10 @@ use serde_json::json;
 use super::{Context, ovn, pods};
 use crate::api::{
     Address, Boot, MIGRATE_TO, MigrateTo, VirtualMachine, VirtualMachineMigration,
-    VirtualMachineMigrationSpec, VirtualMachineStatus, VmInterfaceStatus, VmPhase,
-    parse_migrate_to,
+    VirtualMachineMigrationSpec, VirtualMachineStatus, VmPhase, parse_migrate_to,
 };
-use crate::core::claim::{VM_LABEL, resolve};
+use crate::core::claim::VM_LABEL;
+use crate::core::vm::{PortBook, VmNic, interface_status, nics as vm_nics, resolve_vm};
 use crate::error::{Error, Result};
 
 /// The label that marks a VM's launcher pod (value `true`).
@@ -75,66 +74,7 @@ pub fn domain_name(ns: &str, vm: &str) -> String {
     format!("{ns}_{vm}")
 }
 
-/// A tap name (≤ 15 bytes) for a VM (`namespace/name`): the same on every node, since the
-/// migrated domain's XML names its tap and the target's libvirt expects that device.
-pub fn tap_name(pod: &str) -> String {
-    // FNV-1a: stable across versions, no dependency
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in pod.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    format!("rm{:012x}", h & 0xffff_ffff_ffff)
-}
-
-/// The `roam.dev/interfaces` JSON for a VM's interfaces (a VM takes its address by DHCP
-/// unless it gives a static IP).
-pub fn interfaces_json(vm: &VirtualMachine) -> Result<Option<String>> {
-    let key = vm_key(vm);
-    if vm.spec.interfaces.is_empty() {
-        return Ok(Some(
-            json!([{"mode": "overlay", "interface": {"name": "eth0", "dhcp": true}}]).to_string(),
-        ));
-    }
-    if vm.spec.interfaces.len() > 1 {
-        return Err(Error::InvalidVm {
-            vm: key,
-            problem: "more than one interface is not supported yet; give one".into(),
-        });
-    }
-    let list: Vec<serde_json::Value> = vm
-        .spec
-        .interfaces
-        .iter()
-        .map(|i| {
-            let mut f = json!({"name": i.name, "dhcp": i.dhcp.unwrap_or(i.ip.is_none())});
-            for (k, v) in [
-                ("mac", &i.mac),
-                ("ip", &i.ip),
-                ("mask", &i.mask),
-                ("gateway", &i.gateway),
-                ("service_class", &i.service_class),
-            ] {
-                if let Some(v) = v {
-                    f[k] = json!(v);
-                }
-            }
-            if let Some(m) = i.metric {
-                f["metric"] = json!(m);
-            }
-            let mut r =
-                json!({"mode": i.mode.clone().unwrap_or_else(|| "overlay".into()), "interface": f});
-            if let Some(n) = &i.network {
-                r["network"] = json!(n);
-            }
-            if let Some(t) = i.vlan {
-                r["vlan"] = json!({"tag": t});
-            }
-            r
-        })
-        .collect();
-    Ok(Some(serde_json::Value::Array(list).to_string()))
-}
+pub use crate::core::vm::tap_name;
 
 /// The shim's URL on a node.
 pub fn shim_url(node_ip: &str, port: u16) -> String {
@@ -153,10 +93,8 @@ pub struct LauncherSpec<'a> {
     pub mode: &'a str,
     /// The migration, for a target pod.
     pub migration: Option<&'a str>,
-    /// The guest's MAC.
-    pub mac: &'a str,
-    /// The OVN port on this node.
-    pub ovn_port: String,
+    /// The VM's NICs on this node, in the guest's order.
+    pub nics: &'a [VmNic],
     /// The shim's API port.
     pub port: u16,
 }
@@ -208,11 +146,30 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         .peer_libvirt_uri
         .replace("{node}", l.node)
         .replace("{ip}", l.node_ip);
+    match l.nics {
+        [] => {
+            return Err(Error::InvalidVm {
+                vm: vm_key(vm),
+                problem: "a launcher pod without a NIC".into(),
+            });
+        }
+        // one NIC: the flags every roam-shim understands
+        [one] => args.extend([
+            ("mac".to_string(), one.mac.clone()),
+            ("tap".to_string(), one.tap.clone()),
+            ("ovn-port".to_string(), one.ovn_port.clone()),
+        ]),
+        several => args.push((
+            "nics".into(),
+            several
+                .iter()
+                .map(|n| format!("{}/{}/{}", n.mac, n.tap, n.ovn_port))
+                .collect::<Vec<_>>()
+                .join(","),
+        )),
+    }
     args.extend(
         [
-            ("mac", l.mac.to_string()),
-            ("tap", tap_name(&vm_key(vm))),
-            ("ovn-port", l.ovn_port.clone()),
             ("serial-log", serial),
             ("node", l.node.to_string()),
             ("libvirt-uri", "qemu:///system".into()),
@@ -424,8 +381,8 @@ pub(super) fn client(
     })
 }
 
-/// The VM's Address (its first interface's) as the index knows it.
-pub(super) fn vm_address(ctx: &Context, vm: &VirtualMachine) -> Option<Arc<Address>> {
+/// The VM's Addresses as the index knows them (not soft-deleted), by interface name.
+pub(super) fn vm_addresses(ctx: &Context, vm: &VirtualMachine) -> Vec<Arc<Address>> {
     let owner = vm_key(vm);
     let idx = ctx.index.lock().expect("index lock");
     let mut found: Vec<Arc<Address>> = idx
@@ -435,30 +392,31 @@ pub(super) fn vm_address(ctx: &Context, vm: &VirtualMachine) -> Option<Arc<Addre
         .filter(|a| a.spec.owner.as_deref() == Some(owner.as_str()) && !a.spec.deleted)
         .collect();
     found.sort_by_key(|a| a.spec.interface.clone());
-    found.into_iter().next()
+    found
 }
 
 /// Pick a free shim port: one no other VM uses.
 async fn allocate_port(ctx: &Context, vm: &VirtualMachine) -> Result<u16> {
+    /// Ports picked by this process and not yet in a status (see [`PortBook`]).
+    static PORTS: std::sync::Mutex<PortBook> = std::sync::Mutex::new(PortBook::new());
     let api: Api<VirtualMachine> = Api::all(ctx.client.clone());
-    let used: BTreeSet<u16> = api
+    let used: BTreeMap<String, u16> = api
         .list(&ListParams::default())
         .await?
         .items
         .iter()
-        .filter(|v| v.uid() != vm.uid())
-        .filter_map(|v| v.status.as_ref()?.shim_port)
+        .filter_map(|v| Some((v.uid()?, v.status.as_ref()?.shim_port?)))
         .collect();
     let (lo, hi) = ctx.config.vm.shim_ports;
-    // start at a point derived from the VM, so concurrent first claims rarely collide
-    let span = (hi - lo) as u64 + 1;
+    // start at a point derived from the VM, so picks spread over the range
     let start = tap_name(&vm_key(vm))
         .bytes()
-        .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(b as u64))
-        % span;
-    (0..span)
-        .map(|i| lo + ((start + i) % span) as u16)
-        .find(|p| !used.contains(p))
+        .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(b as u64));
+    let span = (hi.saturating_sub(lo)) as u64 + 1;
+    PORTS
+        .lock()
+        .expect("port book lock")
+        .pick(&vm.uid().unwrap_or_default(), start % span, (lo, hi), &used)
         .ok_or_else(|| Error::InvalidVm {
             vm: vm_key(vm),
             problem: format!("no free shim port in {lo}-{hi}; widen --shim-ports"),
@@ -559,26 +517,35 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action>
         .clone()
         .unwrap_or_else(|| format!("{}-launcher", vm.name_any()));
     let pod_key = format!("{ns}/{pod_name}");
-    // the Address, claimed (or reused) on the node before the pod exists
-    let mut anns = BTreeMap::new();
-    let bad = |e: Error| e;
-    if let Some(j) = interfaces_json(&vm).map_err(bad)? {
-        anns.insert(INTERFACES.to_string(), j);
-    }
+    // every interface's Address, claimed (or reused) on the node before the pod exists;
+    // the interfaces are checked first, so bad input claims nothing
     let plans = ctx.index.lock().expect("index lock").plans();
-    let resolved = match resolve(&pod_key, &anns, &plans) {
+    let resolved = match resolve_vm(&key, &vm.spec, &plans) {
         Ok(r) => r,
         Err(e) => return refuse(&ctx, &vm, st, e).await,
     };
-    let r = &resolved[0];
-    let address = match pods::claim(&ctx, &pod_key, &key, &node, r).await {
-        Ok(a) => a,
-        Err(e) if e.is_bad_input() => return refuse(&ctx, &vm, st, e).await,
-        Err(e) => return Err(e),
+    let mut held: Vec<Arc<Address>> = Vec::new();
+    for r in &resolved {
+        match pods::claim(&ctx, &pod_key, &key, &node, r).await {
+            Ok(a) => held.push(a),
+            Err(e) if e.is_bad_input() => return refuse(&ctx, &vm, st, e).await,
+            Err(e) => return Err(e),
+        }
+    }
+    let networks: BTreeSet<&str> = resolved.iter().map(|r| r.network.name.as_str()).collect();
+    let tickets: Vec<(&str, u64)> = networks
+        .iter()
+        .map(|n| (*n, ovn::request(&ctx, n)))
+        .collect();
+    for (n, t) in tickets {
+        ovn::wait(&ctx, n, t).await?;
+    }
+    let held_refs: Vec<&Address> = held.iter().map(|a| &**a).collect();
+    let Some(nics) = vm_nics(&key, &node, &resolved, &held_refs) else {
+        return Err(Error::Conflict(format!(
+            "{key}: an interface has no Address after its claim; retrying"
+        )));
     };
-    let t = ovn::request(&ctx, &r.network.name);
-    ovn::wait(&ctx, &r.network.name, t).await?;
-    let addr_name = address.metadata.name.clone().unwrap_or_default();
     let port = match st.shim_port {
         Some(p) => p,
         None => allocate_port(&ctx, &vm).await?,
@@ -594,8 +561,7 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action>
                 node_ip: &node_ip,
                 mode: "boot",
                 migration: None,
-                mac: &address.spec.mac,
-                ovn_port: crate::core::claim::ovn_port(&address.spec, &addr_name, &node),
+                nics: &nics,
                 port,
             };
             let pod = match launcher_pod(&ctx.config.vm, &vm, &spec) {
@@ -607,16 +573,17 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action>
                 Err(e) if Error::is_conflict(&e) => pods_api.get(&pod_name).await?,
                 Err(e) => return Err(e.into()),
             };
-            tracing::info!(vm = %key, %node, pod = %pod_name, ip = %address.spec.ip, "launcher pod created");
+            let addrs: Vec<String> = nics
+                .iter()
+                .map(|n| format!("{} {} {}", n.name, n.ip, n.mac))
+                .collect();
+            tracing::info!(vm = %key, %node, pod = %pod_name, addresses = ?addrs, "launcher pod created");
             ctx.event(
                 vm.object_ref(&()),
                 false,
                 "LauncherCreated",
                 "Start",
-                format!(
-                    "launcher pod {pod_name} on {node}, {} {}",
-                    address.spec.ip, address.spec.mac
-                ),
+                format!("launcher pod {pod_name} on {node}, {}", addrs.join(", ")),
             );
             created
         }
@@ -625,12 +592,7 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action>
     st.pod = Some(pod_name.clone());
     st.shim_port = Some(port);
     st.observed_generation = gen_;
-    st.interfaces = vec![VmInterfaceStatus {
-        name: r.request.interface.name.clone(),
-        ip: address.spec.ip.clone(),
-        mac: address.spec.mac.clone(),
-        address: Some(addr_name),
-    }];
+    st.interfaces = interface_status(&nics);
     // running: the shim answers and its domain runs
     let running = if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
         match client(&vm, &node_ip, port, &token)?.status().await {
@@ -821,6 +783,17 @@ mod tests {
         }
     }
 
+    fn nic(i: usize, port: &str) -> VmNic {
+        VmNic {
+            name: format!("eth{i}"),
+            address: format!("a{i}"),
+            ip: format!("10.0.0.{}", 10 + i),
+            mac: format!("0a:58:64:40:00:0{}", 5 + i),
+            tap: crate::core::vm::nic_tap("ns/demo", i),
+            ovn_port: port.into(),
+        }
+    }
+
     #[test]
     fn taps_are_short_and_distinct() {
         let a = tap_name("ns/demo-launcher");
@@ -831,6 +804,37 @@ mod tests {
     }
 
     #[test]
+    fn several_nics_go_to_the_shim_as_one_nics_flag_in_order() {
+        let nics = [nic(0, "a0.node-a"), nic(1, "v150-198-18-150-5")];
+        let l = LauncherSpec {
+            pod: "demo-launcher".into(),
+            node: "node-a",
+            node_ip: "10.0.0.1",
+            mode: "boot",
+            migration: None,
+            nics: &nics,
+            port: 17100,
+        };
+        let p = launcher_pod(&cfg(), &vm(), &l).unwrap();
+        let args = p.spec.unwrap().containers[0].args.clone().unwrap();
+        assert!(!args.contains(&"--mac".to_string()), "{args:?}");
+        let i = args.iter().position(|a| a == "--nics").unwrap();
+        assert_eq!(
+            args[i + 1],
+            format!(
+                "0a:58:64:40:00:05/{}/a0.node-a,0a:58:64:40:00:06/{}1/v150-198-18-150-5",
+                tap_name("ns/demo"),
+                tap_name("ns/demo")
+            )
+        );
+        let none = LauncherSpec { nics: &[], ..l };
+        assert!(matches!(
+            launcher_pod(&cfg(), &vm(), &none),
+            Err(Error::InvalidVm { .. })
+        ));
+    }
+
+    #[test]
     fn launcher_pod_is_pinned_host_network_with_the_shim_args() {
         let l = LauncherSpec {
             pod: "demo-launcher".into(),
@@ -838,8 +842,11 @@ mod tests {
             node_ip: "10.0.0.1",
             mode: "boot",
             migration: None,
-            mac: "0a:58:64:40:00:05",
-            ovn_port: "a.node-a".into(),
+            nics: &[VmNic {
+                mac: "0a:58:64:40:00:05".into(),
+                ovn_port: "a.node-a".into(),
+                ..nic(0, "")
+            }],
             port: 17100,
         };
         let p = launcher_pod(&cfg(), &vm(), &l).unwrap();
@@ -882,21 +889,12 @@ mod tests {
             node_ip: "1.2.3.4",
             mode: "boot",
             migration: None,
-            mac: "m",
-            ovn_port: "o".into(),
+            nics: &[nic(0, "o")],
             port: 1,
         };
         assert!(matches!(
             launcher_pod(&cfg(), &v, &l),
             Err(Error::InvalidVm { .. })
         ));
-    }
-
-    #[test]
-    fn interfaces_default_to_one_dhcp_overlay() {
-        let j = interfaces_json(&vm()).unwrap().unwrap();
-        let parsed = roam_network::annotation::parse_interfaces(&j).unwrap();
-        assert_eq!(parsed.len(), 1);
-        assert!(parsed[0].interface.dhcp);
     }
 }

@@ -10,9 +10,11 @@
 //!   reconcile, and the topology of just the additions.
 //! - [`pool`]: the warm pool, reclaim after the grace, orphaned and doubly claimed Addresses.
 //! - [`event`]: the namespace an Event about an object is stored in.
+//! - [`vm`]: a VM's interfaces → its Addresses and NICs; per Address, what a migration does.
 
 pub mod claim;
 pub mod event;
 pub mod network;
 pub mod ovn;
 pub mod pool;
+pub mod vm;

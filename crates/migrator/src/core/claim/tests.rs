@@ -21,7 +21,7 @@ pub(crate) fn net() -> NetworkPlan {
     validate_network("ovl", &spec).unwrap()
 }
 
-fn vlan_net() -> NetworkPlan {
+pub(crate) fn vlan_net() -> NetworkPlan {
     let spec = NetworkSpec {
         mode: NetworkMode::Underlay,
         vlan: Some(116),
