@@ -30,7 +30,7 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
     );
 
     for (to, from) in [("node-b", "node-a"), ("node-a", "node-b")] {
-        let before = vm(&lab)["status"].clone();
+        let before = vm(&lab, &H8)["status"].clone();
         let (stream, stop) = Stream::start(&lab, cli_ns, &ip);
         std::thread::sleep(Duration::from_millis(500));
         let m = migrate(&lab, ctl, to);
@@ -49,7 +49,7 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
             "the route flipped in the pause window: {st}"
         );
         let v = wait_until(LONG, "the VM Running on the target", || {
-            let v = vm(&lab)["status"].clone();
+            let v = vm(&lab, &H8)["status"].clone();
             (v["phase"] == "Running" && v["node"] == to && v["migration"].is_null()).then_some(v)
         });
         assert_eq!(v["interfaces"][0]["ip"], ip.as_str(), "same IP");
@@ -70,7 +70,7 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
             out.starts_with("OK"),
             "the TCP stream survived the migration: {out}"
         );
-        let ev = events_of(&lab, VM);
+        let ev = events_of(&lab, &H8, VM);
         assert!(ev.contains("MigrationSucceeded"), "{ev}");
         eprintln!(
             "{from} → {to}: downtime {} ms, switchover {} ms, stream {out}",
@@ -79,15 +79,15 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
     }
 
     // bad requests: refused with the reason, the VM untouched (on node-a)
-    let here = vm(&lab)["status"].clone();
+    let here = vm(&lab, &H8)["status"].clone();
     kubectl(
         &lab,
         &["-n", NS, "annotate", "vm", VM, "roam.dev/migrate-to=Node_B"],
     );
     wait_until(LONG, "the malformed annotation refused", || {
-        let v = vm(&lab);
+        let v = vm(&lab, &H8);
         (v["metadata"]["annotations"]["roam.dev/migrate-to"].is_null()
-            && events_of(&lab, VM).contains("MigrationRejected"))
+            && events_of(&lab, &H8, VM).contains("MigrationRejected"))
         .then_some(())
     });
     for (to, why) in [
@@ -99,10 +99,11 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
         let reason = m["status"]["reason"].as_str().unwrap_or_default();
         assert!(reason.contains(why), "{reason}");
         assert!(
-            events_of(&lab, m["metadata"]["name"].as_str().unwrap()).contains("MigrationFailed")
+            events_of(&lab, &H8, m["metadata"]["name"].as_str().unwrap())
+                .contains("MigrationFailed")
         );
     }
-    let v = vm(&lab)["status"].clone();
+    let v = vm(&lab, &H8)["status"].clone();
     assert_eq!(
         (v["node"].clone(), v["pod"].clone(), v["phase"].clone()),
         (here["node"].clone(), here["pod"].clone(), json!("Running"))
@@ -132,12 +133,12 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
             .then_some(())
     });
     assert!(
-        events_of(&lab, VM).contains("MigrationAborted"),
+        events_of(&lab, &H8, VM).contains("MigrationAborted"),
         "{}",
-        events_of(&lab, VM)
+        events_of(&lab, &H8, VM)
     );
     let v = wait_until(LONG, "the VM back to Running on the source", || {
-        let v = vm(&lab)["status"].clone();
+        let v = vm(&lab, &H8)["status"].clone();
         (v["phase"] == "Running" && v["migration"].is_null()).then_some(v)
     });
     assert_eq!(v["node"], "node-a");
