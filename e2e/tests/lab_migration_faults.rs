@@ -123,6 +123,28 @@ impl Watch {
     }
 }
 
+/// The hosts an Address watch saw, consecutive repeats folded, once it has seen `last`.
+fn hosts(w: &Watch, last: &str) -> Vec<String> {
+    let mut seen: Vec<String> = vec![];
+    let deadline = Instant::now() + LONG;
+    loop {
+        let next =
+            if seen.last().map(String::as_str) == Some(last) {
+                w.rx.try_recv().ok()
+            } else {
+                let left = deadline.saturating_duration_since(Instant::now());
+                Some(w.rx.recv_timeout(left).unwrap_or_else(|_| {
+                    panic!("the Address never named {last}; it named {seen:?}")
+                }))
+            };
+        let Some(a) = next else { return seen };
+        let h = a["spec"]["host"].as_str().unwrap_or("-").to_string();
+        if seen.last() != Some(&h) {
+            seen.push(h);
+        }
+    }
+}
+
 impl Drop for Watch {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -292,6 +314,7 @@ fn controller_crash(
     at: &str,
 ) -> Value {
     let w = watch_vmim(lab, name);
+    let addr = Watch::new(lab, &["get", "address", &b.addr]);
     create_vmim(lab, name, to, bandwidth);
     w.until(&format!("{name} in {at}"), |m| phase(m) == at);
     ctl.crash_and_restart();
@@ -303,7 +326,19 @@ fn controller_crash(
     let m = wait_end(lab, ctl, name);
     assert_ended(lab, ctl, &m, "Succeeded", None);
     assert_settled(lab, b, ctl, to);
+    assert_one_flip(&addr, to, ctl);
     m
+}
+
+/// The Address's host moved once, from the other node to `to`, and never back.
+fn assert_one_flip(addr: &Watch, to: &str, ctl: &Ctl) {
+    let seen = hosts(addr, to);
+    assert_eq!(
+        seen,
+        [other(to), to],
+        "the route flipped once, never back\n{}",
+        ctl.tail()
+    );
 }
 
 #[test]
@@ -360,6 +395,7 @@ fn migrations_survive_controller_and_shim_faults() {
     // controller is killed while it copies and the restarted one carries on
     let t = Instant::now();
     let w = watch_vmim(&lab, "f8-copy");
+    let addr = Watch::new(&lab, &["get", "address", &b.addr]);
     create_vmim(&lab, "f8-copy", "node-b", Some(slow));
     w.until("f8-copy copying", |m| phase(m) == "Migrating");
     create_vmim(&lab, "f8-dup", "node-a", None);
@@ -418,6 +454,7 @@ fn migrations_survive_controller_and_shim_faults() {
         ctl.tail()
     );
     assert_settled(&lab, &b, &ctl, "node-b");
+    assert_one_flip(&addr, "node-b", &ctl);
     eprintln!(
         "Migrating (+ migrate while migrating): Succeeded in {:?}",
         t.elapsed()
@@ -431,7 +468,6 @@ fn migrations_survive_controller_and_shim_faults() {
         a["spec"]["host"] == "node-a"
     });
     ctl.crash_and_restart();
-    drop(wa);
     eprintln!(
         "  f8-flip: controller killed at the flip (recorded phase {})",
         phase(&vmim(&lab, "f8-flip").unwrap())
@@ -439,12 +475,14 @@ fn migrations_survive_controller_and_shim_faults() {
     let m = wait_end(&lab, &ctl, "f8-flip");
     assert_ended(&lab, &ctl, &m, "Succeeded", None);
     assert_settled(&lab, &b, &ctl, "node-a");
+    assert_eq!(hosts(&wa, "node-a"), ["node-a"], "never back to node-b");
     eprintln!("Switchover: Succeeded in {:?}", t.elapsed());
 
     // --- controller killed right after Succeeded, the source pod still terminating (a → b)
     let t = Instant::now();
     let source_pod = vm(&lab, &F8)["status"]["pod"].as_str().unwrap().to_string();
     let w = watch_vmim(&lab, "f8-done");
+    let addr = Watch::new(&lab, &["get", "address", &b.addr]);
     create_vmim(&lab, "f8-done", "node-b", None);
     w.until("f8-done Succeeded", |m| phase(m) == "Succeeded");
     ctl.crash_and_restart();
@@ -453,6 +491,7 @@ fn migrations_survive_controller_and_shim_faults() {
     let m = wait_end(&lab, &ctl, "f8-done");
     assert_ended(&lab, &ctl, &m, "Succeeded", None);
     assert_settled(&lab, &b, &ctl, "node-b");
+    assert_one_flip(&addr, "node-b", &ctl);
     eprintln!("after Succeeded: settled in {:?}", t.elapsed());
 
     // --- the source shim killed right after the switchover (b → a)
@@ -463,10 +502,10 @@ fn migrations_survive_controller_and_shim_faults() {
         a["spec"]["host"] == "node-a"
     });
     kill_shim("node-b");
-    drop(wa);
     let m = wait_end(&lab, &ctl, "f8-srcshim");
     assert_ended(&lab, &ctl, &m, "Succeeded", None);
     assert_settled(&lab, &b, &ctl, "node-a");
+    assert_eq!(hosts(&wa, "node-a"), ["node-a"], "never back to node-b");
     eprintln!(
         "source shim killed after switchover: Succeeded in {:?}",
         t.elapsed()
@@ -474,6 +513,7 @@ fn migrations_survive_controller_and_shim_faults() {
 
     // --- the target pod deleted while copying (a → b): Failed, the VM stays on node-a
     let t = Instant::now();
+    let addr = Watch::new(&lab, &["get", "address", &b.addr]);
     let w = watch_vmim(&lab, "f8-tgtpod");
     create_vmim(&lab, "f8-tgtpod", "node-b", Some(1));
     let m = w.until("f8-tgtpod copying", |m| phase(m) == "Migrating");
@@ -483,8 +523,13 @@ fn migrations_survive_controller_and_shim_faults() {
         &["-n", F8.ns, "delete", "pod", &target_pod, "--wait=false"],
     );
     let m = wait_end(&lab, &ctl, "f8-tgtpod");
-    assert_ended(&lab, &ctl, &m, "Failed", Some(&target_pod));
+    assert_ended(&lab, &ctl, &m, "Failed", Some("target pod: gone"));
     assert_settled(&lab, &b, &ctl, "node-a");
+    assert_eq!(hosts(&addr, "node-a"), ["node-a"], "the route never moved");
+    assert!(
+        get(&lab, &["-n", F8.ns, "get", "pod", &target_pod]).is_none(),
+        "the target pod is gone"
+    );
     eprintln!(
         "target pod deleted while copying: Failed in {:?}",
         t.elapsed()
@@ -493,6 +538,7 @@ fn migrations_survive_controller_and_shim_faults() {
     // --- the target shim process killed while copying (a → b): the kubelet restarts it, it
     // re-attaches to the incoming domain and the copy carries on to the end
     let t = Instant::now();
+    let addr = Watch::new(&lab, &["get", "address", &b.addr]);
     let w = watch_vmim(&lab, "f8-tgtshim");
     create_vmim(&lab, "f8-tgtshim", "node-b", Some(slow));
     w.until("f8-tgtshim copying", |m| phase(m) == "Migrating");
@@ -500,6 +546,7 @@ fn migrations_survive_controller_and_shim_faults() {
     let m = wait_end(&lab, &ctl, "f8-tgtshim");
     assert_ended(&lab, &ctl, &m, "Succeeded", None);
     assert_settled(&lab, &b, &ctl, "node-b");
+    assert_one_flip(&addr, "node-b", &ctl);
     eprintln!(
         "target shim killed while copying: Succeeded in {:?}",
         t.elapsed()

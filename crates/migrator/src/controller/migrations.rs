@@ -200,6 +200,18 @@ async fn reconcile(
     let vms_api: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let vm = vms_api.get_opt(&m.spec.vm).await?;
+    // A finished migration the VM no longer names is history (its outcome is recorded, or a
+    // newer migration moved the VM since): settling it again — as a restarted controller
+    // would, for every old migration — would pull the address back to where it once went.
+    let vm_names_it = vm
+        .as_ref()
+        .and_then(|v| v.status.as_ref())
+        .and_then(|s| s.migration.as_deref())
+        == Some(mname.as_str());
+    if st.phase.is_terminal() && !vm_names_it {
+        set_finalizer(&ctx, &m, false).await?;
+        return Ok(KAction::await_change());
+    }
     // --- Pending: validate, record source and target
     let mut invalid: Option<String> = None;
     if st.phase == Phase::Pending {
@@ -420,6 +432,25 @@ async fn reconcile(
         .as_ref()
         .and_then(|a| a.metadata.name.clone())
         .unwrap_or_default();
+    // a restarted controller watches a running job's events again (the switchover flip)
+    let key = format!("{ns}/{mname}");
+    if o.job == Job::Running && !watching.lock().expect("watching lock").contains(&key) {
+        let after = source_client
+            .events(0, Duration::ZERO)
+            .await
+            .map(|e| e.events.last().map(|e| e.seq).unwrap_or(0))
+            .unwrap_or(0);
+        spawn_switchover(
+            &ctx,
+            &m,
+            &source_client,
+            after,
+            &addr_name,
+            &source,
+            &target,
+            &watching,
+        );
+    }
     // --- act
     for a in &d.actions {
         match a {
