@@ -60,14 +60,18 @@ struct Ctl {
 }
 
 impl Ctl {
-    /// SIGKILL it (a crash) and start a new one.
-    fn crash_and_restart(&mut self) {
+    /// SIGKILL it (a crash) and start a new one; prints the phase `migration` had then.
+    fn crash_and_restart(&mut self, migration: &str) {
         self.proc.kill();
+        let at = vmim(&self.lab, migration)
+            .map(|m| phase(&m).to_string())
+            .unwrap_or_default();
+        eprintln!("  controller SIGKILLed with {migration} in {at}");
         self.previous = self.proc.log_tail(40);
         self.incarnation += 1;
         let log = format!("{}-{}", F8.controller, self.incarnation);
         self.proc = start_controller(&self.lab, &F8, &log);
-        eprintln!("  controller SIGKILLed; restarted (log {log}.log)");
+        eprintln!("  controller restarted (log {log}.log)");
     }
 
     fn tail(&self) -> String {
@@ -317,12 +321,7 @@ fn controller_crash(
     let addr = Watch::new(lab, &["get", "address", &b.addr]);
     create_vmim(lab, name, to, bandwidth);
     w.until(&format!("{name} in {at}"), |m| phase(m) == at);
-    ctl.crash_and_restart();
-    let seen = vmim(lab, name).expect("the migration");
-    eprintln!(
-        "  {name}: controller killed in {at} (recorded phase {})",
-        phase(&seen)
-    );
+    ctl.crash_and_restart(name);
     let m = wait_end(lab, ctl, name);
     assert_ended(lab, ctl, &m, "Succeeded", None);
     assert_settled(lab, b, ctl, to);
@@ -445,7 +444,7 @@ fn migrations_survive_controller_and_shim_faults() {
         "the first one unaffected: {copy}"
     );
     assert_eq!(vm(&lab, &F8)["status"]["migration"], "f8-copy");
-    ctl.crash_and_restart();
+    ctl.crash_and_restart("f8-copy");
     let m = wait_end(&lab, &ctl, "f8-copy");
     assert_ended(&lab, &ctl, &m, "Succeeded", None);
     assert!(
@@ -467,11 +466,7 @@ fn migrations_survive_controller_and_shim_faults() {
     wa.until("the Address's host on node-a", |a| {
         a["spec"]["host"] == "node-a"
     });
-    ctl.crash_and_restart();
-    eprintln!(
-        "  f8-flip: controller killed at the flip (recorded phase {})",
-        phase(&vmim(&lab, "f8-flip").unwrap())
-    );
+    ctl.crash_and_restart("f8-flip");
     let m = wait_end(&lab, &ctl, "f8-flip");
     assert_ended(&lab, &ctl, &m, "Succeeded", None);
     assert_settled(&lab, &b, &ctl, "node-a");
@@ -485,7 +480,7 @@ fn migrations_survive_controller_and_shim_faults() {
     let addr = Watch::new(&lab, &["get", "address", &b.addr]);
     create_vmim(&lab, "f8-done", "node-b", None);
     w.until("f8-done Succeeded", |m| phase(m) == "Succeeded");
-    ctl.crash_and_restart();
+    ctl.crash_and_restart("f8-done");
     let still = get(&lab, &["-n", F8.ns, "get", "pod", &source_pod]).is_some();
     eprintln!("  f8-done: controller killed at Succeeded (source pod still there: {still})");
     let m = wait_end(&lab, &ctl, "f8-done");

@@ -560,16 +560,11 @@ async fn reconcile(
     }
     if st.phase.is_terminal() {
         st.completion_time.get_or_insert_with(now);
-        // the world settled: the port lives only where the guest runs (and, until the
-        // source pod is gone, on the source too)
+        // the world settled: the port lives only where the guest runs (now: this is the
+        // migration's last reconcile — once the VM no longer names it, it is history)
         if !addr_name.is_empty() {
             if st.phase == Phase::Succeeded {
-                let also: Vec<&str> = if source_pod_exists {
-                    vec![source.as_str()]
-                } else {
-                    vec![]
-                };
-                move_address(&ctx, &addr_name, &target, &also).await?;
+                move_address(&ctx, &addr_name, &target, &[]).await?;
             } else if o.guest == GuestAt::Source {
                 move_address(&ctx, &addr_name, &source, &[]).await?;
             }
