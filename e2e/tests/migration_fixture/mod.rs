@@ -407,7 +407,10 @@ pub fn start_controller(lab: &Lab, n: &Names, log: &str) -> ControllerProcess {
     let lab_dir = lab.dir().display().to_string();
     let peer = format!("qemu+unix:///system?socket={lab_dir}/{{node}}/fs_run/libvirt/libvirt-sock");
     let logs = log_dir(lab, n).display().to_string();
-    ControllerProcess::start(
+    // built (or checked) once per test process: a restart must be quick
+    static BINARY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    ControllerProcess::start_binary(
+        BINARY.get_or_init(ControllerProcess::binary),
         lab,
         log,
         n.metrics_port,
