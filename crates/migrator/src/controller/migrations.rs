@@ -371,9 +371,11 @@ async fn reconcile(
             });
         }
     }
-    let on_target = target_status
-        .as_ref()
-        .is_some_and(|s| s.domain == DomainState::Running && s.last_incoming.is_some());
+    // a restarted target shim knows no incoming migration (nor waits for one): its domain
+    // running is enough
+    let on_target = target_status.as_ref().is_some_and(|s| {
+        s.domain == DomainState::Running && (s.last_incoming.is_some() || !s.incoming)
+    });
     if on_target
         && let Some(inc) = target_status
             .as_ref()
