@@ -371,10 +371,14 @@ async fn reconcile(
             });
         }
     }
-    // a restarted target shim knows no incoming migration (nor waits for one): its domain
-    // running is enough
+    // a restarted target shim knows no incoming migration: its domain running is enough
+    let target_restarted = target_pod
+        .as_ref()
+        .and_then(|p| p.status.as_ref()?.container_statuses.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.restart_count > 0));
     let on_target = target_status.as_ref().is_some_and(|s| {
-        s.domain == DomainState::Running && (s.last_incoming.is_some() || !s.incoming)
+        s.domain == DomainState::Running
+            && (s.last_incoming.is_some() || (target_restarted && !s.incoming))
     });
     if on_target
         && let Some(inc) = target_status
