@@ -19,7 +19,11 @@
 //! After each: the guest runs on exactly one node (libvirt domains of both nodes, through
 //! their sockets), the VM's status and its Address's host name that node, same IP and MAC, no
 //! second node left on the Address, exactly one launcher pod, the guest answers ping, and the
-//! migration's phase (and reason) is in its status and in an Event.
+//! migration's phase (and reason) is in its status and in an Event. A watch on the Address
+//! checks that its host moved at most once, to the node the guest ends on, and never back (a
+//! restarted controller once re-settled old migrations and flipped the route to their old
+//! targets). Controller restarts reuse one binary (no build check): the controller is down
+//! for the time it takes to start.
 
 mod migration_fixture;
 
