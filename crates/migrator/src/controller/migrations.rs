@@ -589,7 +589,6 @@ async fn reconcile(
             .await?;
         }
     }
-    patch_status(&ctx, &m, &st).await?;
     if was != st.phase {
         let warn = matches!(st.phase, Phase::Failed | Phase::Aborted);
         let note = match (&st.reason, st.phase) {
@@ -605,9 +604,18 @@ async fn reconcile(
         };
         tracing::info!(migration = %mname, from = ?was, to = ?st.phase, reason = ?st.reason, "migration phase");
         let reason = format!("Migration{:?}", st.phase);
-        ctx.event(m.object_ref(&()), warn, &reason, "Migrate", note.clone());
-        ctx.event(vm.object_ref(&()), warn, &reason, "Migrate", note);
+        if st.phase.is_terminal() {
+            // published before the phase is written: a controller killed in between
+            // decides (and tells) again, where one killed after the write would never tell
+            for r in [m.object_ref(&()), vm.object_ref(&())] {
+                publish_now(&ctx, r, warn, &reason, note.clone()).await;
+            }
+        } else {
+            ctx.event(m.object_ref(&()), warn, &reason, "Migrate", note.clone());
+            ctx.event(vm.object_ref(&()), warn, &reason, "Migrate", note);
+        }
     }
+    patch_status(&ctx, &m, &st).await?;
     if st.phase.is_terminal() {
         if deleted || d.actions.is_empty() {
             set_finalizer(&ctx, &m, false).await?;
@@ -619,6 +627,31 @@ async fn reconcile(
         });
     }
     Ok(KAction::requeue(Duration::from_millis(300)))
+}
+
+/// Publish an Event and wait for the answer (a failure is logged, not returned).
+async fn publish_now(
+    ctx: &Context,
+    r: k8s_openapi::api::core::v1::ObjectReference,
+    warning: bool,
+    reason: &str,
+    note: String,
+) {
+    use kube::runtime::events::{Event, EventType};
+    let ev = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Migrate".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &r).await {
+        tracing::debug!(error = %e, "cannot publish an Event");
+    }
 }
 
 async fn finish_invalid(
