@@ -1094,10 +1094,21 @@ impl ControllerProcess {
     /// `127.0.0.1:<metrics_port>`, with `args` added (e.g. `--network-selector`,
     /// `--leader-elect false`). `name` names the log file.
     pub fn start(lab: &Lab, name: &str, metrics_port: u16, args: &[&str]) -> ControllerProcess {
+        Self::start_binary(&Self::binary(), lab, name, metrics_port, args)
+    }
+
+    /// [`ControllerProcess::start`] with a given binary (no build check: a quick restart).
+    pub fn start_binary(
+        binary: &std::path::Path,
+        lab: &Lab,
+        name: &str,
+        metrics_port: u16,
+        args: &[&str],
+    ) -> ControllerProcess {
         let log = lab.dir().join(format!("{name}.log"));
         let file = std::fs::File::create(&log).expect("create the controller log");
         let metrics = format!("127.0.0.1:{metrics_port}");
-        let child = Command::new(Self::binary())
+        let child = Command::new(binary)
             .args([
                 "--kubeconfig",
                 lab.kubeconfig(),

@@ -32,7 +32,7 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
     );
 
     for (to, from) in [("node-b", "node-a"), ("node-a", "node-b")] {
-        let before = vm(&lab)["status"].clone();
+        let before = vm(&lab, &H8)["status"].clone();
         let (stream, stop) = Stream::start(&lab, cli_ns, &ip);
         std::thread::sleep(Duration::from_millis(500));
         let m = if to == "node-a" {
@@ -55,7 +55,7 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
             "the route flipped in the pause window: {st}"
         );
         let v = wait_until(LONG, "the VM Running on the target", || {
-            let v = vm(&lab)["status"].clone();
+            let v = vm(&lab, &H8)["status"].clone();
             (v["phase"] == "Running" && v["node"] == to && v["migration"].is_null()).then_some(v)
         });
         assert_eq!(v["interfaces"][0]["ip"], ip.as_str(), "same IP");
@@ -76,7 +76,7 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
             out.starts_with("OK"),
             "the TCP stream survived the migration: {out}"
         );
-        let ev = events_of(&lab, VM);
+        let ev = events_of(&lab, &H8, VM);
         assert!(ev.contains("MigrationSucceeded"), "{ev}");
         eprintln!(
             "{from} → {to}: downtime {} ms, switchover {} ms, stream {out}",
@@ -85,15 +85,15 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
     }
 
     // bad requests: refused with the reason, the VM untouched (on node-a)
-    let here = vm(&lab)["status"].clone();
+    let here = vm(&lab, &H8)["status"].clone();
     kubectl(
         &lab,
         &["-n", NS, "annotate", "vm", VM, "roam.dev/migrate-to=Node_B"],
     );
     wait_until(LONG, "the malformed annotation refused", || {
-        let v = vm(&lab);
+        let v = vm(&lab, &H8);
         (v["metadata"]["annotations"]["roam.dev/migrate-to"].is_null()
-            && events_of(&lab, VM).contains("MigrationRejected"))
+            && events_of(&lab, &H8, VM).contains("MigrationRejected"))
         .then_some(())
     });
     for (to, why) in [
@@ -105,10 +105,11 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
         let reason = m["status"]["reason"].as_str().unwrap_or_default();
         assert!(reason.contains(why), "{reason}");
         assert!(
-            events_of(&lab, m["metadata"]["name"].as_str().unwrap()).contains("MigrationFailed")
+            events_of(&lab, &H8, m["metadata"]["name"].as_str().unwrap())
+                .contains("MigrationFailed")
         );
     }
-    let v = vm(&lab)["status"].clone();
+    let v = vm(&lab, &H8)["status"].clone();
     assert_eq!(
         (v["node"].clone(), v["pod"].clone(), v["phase"].clone()),
         (here["node"].clone(), here["pod"].clone(), json!("Running"))
@@ -138,12 +139,12 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
             .then_some(())
     });
     assert!(
-        events_of(&lab, VM).contains("MigrationAborted"),
+        events_of(&lab, &H8, VM).contains("MigrationAborted"),
         "{}",
-        events_of(&lab, VM)
+        events_of(&lab, &H8, VM)
     );
     let v = wait_until(LONG, "the VM back to Running on the source", || {
-        let v = vm(&lab)["status"].clone();
+        let v = vm(&lab, &H8)["status"].clone();
         (v["phase"] == "Running" && v["migration"].is_null()).then_some(v)
     });
     assert_eq!(v["node"], "node-a");
@@ -184,7 +185,7 @@ fn migrate_with_plugin(lab: &Lab, to: &str) -> serde_json::Value {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|_| root.join("target"))
         .join("debug/kubectl-roam");
-    let before: Vec<String> = migrations(lab)
+    let before: Vec<String> = migrations(lab, &H8)
         .iter()
         .filter_map(|m| m["metadata"]["name"].as_str().map(str::to_string))
         .collect();
@@ -205,7 +206,7 @@ fn migrate_with_plugin(lab: &Lab, to: &str) -> serde_json::Value {
             && stdout.contains(&format!("Succeeded: node-b → {to}")),
         "the plugin reports the annotation and the outcome:\n{stdout}"
     );
-    migrations(lab)
+    migrations(lab, &H8)
         .into_iter()
         .find(|m| {
             !before.contains(

@@ -227,6 +227,13 @@ pub fn step(phase: Phase, o: &Observed) -> Decision {
         Some((Phase::Aborted, "the migration was deleted".to_string()))
     } else if o.timed_out {
         Some((Phase::Failed, "timed out".to_string()))
+    } else if o.target_pod == PodState::Absent && matches!(o.job, Job::Running | Job::Failed(_)) {
+        // the copy has nowhere to land (the target pod was deleted): stop it (the reason
+        // stays this one once libvirt reports the job aborted)
+        Some((
+            Phase::Failed,
+            "target pod: gone while the memory was being copied".to_string(),
+        ))
     } else if let Job::Failed(why) = &o.job {
         Some((Phase::Failed, format!("libvirt: {why}")))
     } else if let PodState::Failed(why) = &o.target_pod {
@@ -408,6 +415,31 @@ mod tests {
     }
 
     #[test]
+    fn a_target_pod_gone_mid_copy_aborts_and_fails() {
+        let mut o = fresh();
+        o.target_pod = PodState::Absent;
+        o.target_port = true;
+        o.job = Job::Running;
+        let d = step(Phase::Migrating, &o);
+        assert_eq!(
+            (d.phase, d.actions),
+            (Phase::Migrating, vec![Action::AbortMigration])
+        );
+        o.job = Job::Failed("canceled by client".into());
+        let d = step(Phase::Migrating, &o);
+        assert_eq!(d.phase, Phase::Failed);
+        assert_eq!(d.actions, vec![Action::DeleteTarget]);
+        assert!(d.reason.unwrap().contains("target pod: gone"));
+        // before the copy started, a vanished target pod is simply created again
+        o.job = Job::None;
+        let d = step(Phase::TargetReady, &o);
+        assert_eq!(
+            (d.phase, d.actions),
+            (Phase::TargetScheduling, vec![Action::CreateTarget])
+        );
+    }
+
+    #[test]
     fn an_invalid_migration_creates_nothing() {
         let mut o = fresh();
         o.invalid = Some("node-z does not exist".into());
@@ -460,6 +492,7 @@ mod tests {
         Reconcile,
         PodReady,
         PodFails,
+        PodDeleted,
         CopyProgress,
         Pause,
         Complete,
@@ -475,6 +508,7 @@ mod tests {
             6 => Just(Event::Reconcile),
             2 => Just(Event::PodReady),
             1 => Just(Event::PodFails),
+            1 => Just(Event::PodDeleted),
             2 => Just(Event::CopyProgress),
             2 => Just(Event::Pause),
             2 => Just(Event::Complete),
@@ -544,6 +578,11 @@ mod tests {
                 }
                 Event::PodFails if o.target_pod != PodState::Absent && !self.started => {
                     o.target_pod = PodState::Failed("ImagePullBackOff".into())
+                }
+                // deleted by someone: a pod the guest already runs in is not (the test of
+                // that is the end state), one still receiving it may be
+                Event::PodDeleted if o.guest != GuestAt::Target && o.job != Job::Paused => {
+                    o.target_pod = PodState::Absent
                 }
                 Event::CopyProgress if self.aborted && o.job == Job::Running => {
                     o.job = Job::Failed("aborted".into())

@@ -12,10 +12,51 @@ use roam_e2e::{
 };
 use serde_json::{Value, json};
 
-pub const NS: &str = "h8-mig";
-pub const NET: &str = "h8mig";
-pub const VM: &str = "h8vm";
-pub const GW: &str = "100.150.0.1";
+/// The names and address blocks of one fixture, so that several can share the lab.
+#[derive(Clone, Copy, Debug)]
+pub struct Names {
+    /// Kubernetes namespace (VMs, migrations, pods).
+    pub ns: &'static str,
+    /// The Network.
+    pub net: &'static str,
+    /// The VirtualMachine.
+    pub vm: &'static str,
+    /// The overlay subnet and its gateway.
+    pub subnet: &'static str,
+    pub gw: &'static str,
+    /// The transit subnet.
+    pub transit: &'static str,
+    /// The value of the Network's `roam.dev/test` label (the controller's network selector).
+    pub test_label: &'static str,
+    /// The controller's name (log file, identity) and metrics port.
+    pub controller: &'static str,
+    pub metrics_port: u16,
+    /// The controller's `--shim-ports`.
+    pub shim_ports: &'static str,
+    /// The client's OVS port and network namespace suffix.
+    pub cli: &'static str,
+    /// The guests' log directory under the lab directory.
+    pub log_dir: &'static str,
+}
+
+/// The lab_migration test's and the migration benchmark's names.
+pub const H8: Names = Names {
+    ns: "h8-mig",
+    net: "h8mig",
+    vm: "h8vm",
+    subnet: "100.150.0.0/24",
+    gw: "100.150.0.1",
+    transit: "169.254.150.0/24",
+    test_label: "h8-mig",
+    controller: "h8-controller",
+    metrics_port: 18101,
+    shim_ports: "17100-17199",
+    cli: "h8cli",
+    log_dir: "h8-vms",
+};
+
+pub const NS: &str = H8.ns;
+pub const VM: &str = H8.vm;
 pub const LONG: Duration = Duration::from_secs(120);
 
 pub fn kubectl(lab: &Lab, args: &[&str]) -> String {
@@ -45,12 +86,12 @@ pub fn create(lab: &Lab, objects: &[Value]) {
     r.unwrap_or_else(|e| panic!("kubectl create: {e}"));
 }
 
-pub fn log_dir(lab: &Lab) -> std::path::PathBuf {
-    lab.dir().join("h8-vms")
+pub fn log_dir(lab: &Lab, n: &Names) -> std::path::PathBuf {
+    lab.dir().join(n.log_dir)
 }
 
-pub fn serial(lab: &Lab) -> String {
-    std::fs::read(log_dir(lab).join(format!("{NS}_{VM}.serial.log")))
+pub fn serial(lab: &Lab, n: &Names) -> String {
+    std::fs::read(log_dir(lab, n).join(format!("{}_{}.serial.log", n.ns, n.vm)))
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default()
 }
@@ -59,11 +100,15 @@ pub fn serial(lab: &Lab) -> String {
 /// Secrets), the Network and its Addresses, its OVN rows, the domain on both nodes.
 pub struct Fixture {
     lab: Lab,
+    n: Names,
 }
 
 impl Fixture {
-    pub fn new(lab: &Lab) -> Fixture {
-        let f = Fixture { lab: lab.clone() };
+    pub fn new(lab: &Lab, n: &Names) -> Fixture {
+        let f = Fixture {
+            lab: lab.clone(),
+            n: *n,
+        };
         f.clean();
         let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds");
         kubectl(
@@ -85,22 +130,25 @@ impl Fixture {
                 ],
             );
         }
-        kubectl(lab, &["create", "namespace", NS]);
-        std::fs::create_dir_all(log_dir(lab)).expect("log dir");
+        kubectl(lab, &["create", "namespace", n.ns]);
+        std::fs::create_dir_all(log_dir(lab, n)).expect("log dir");
         f
     }
 
     fn clean(&self) {
         let lab = &self.lab;
-        if try_kubectl(lab, &["get", "namespace", NS]).is_ok() {
-            if let Some(list) = get(lab, &["-n", NS, "get", "vmim"]) {
+        let Names {
+            ns, net, vm: vmn, ..
+        } = self.n;
+        if try_kubectl(lab, &["get", "namespace", ns]).is_ok() {
+            if let Some(list) = get(lab, &["-n", ns, "get", "vmim"]) {
                 for m in list["items"].as_array().cloned().unwrap_or_default() {
                     let name = m["metadata"]["name"].as_str().unwrap_or_default();
                     let _ = try_kubectl(
                         lab,
                         &[
                             "-n",
-                            NS,
+                            ns,
                             "patch",
                             "vmim",
                             name,
@@ -113,24 +161,24 @@ impl Fixture {
             }
             let _ = try_kubectl(
                 lab,
-                &["-n", NS, "delete", "vm,vmim,pods", "--all", "--wait=false"],
+                &["-n", ns, "delete", "vm,vmim,pods", "--all", "--wait=false"],
             );
             let _ = try_kubectl(
                 lab,
-                &["delete", "namespace", NS, "--wait=true", "--timeout=120s"],
+                &["delete", "namespace", ns, "--wait=true", "--timeout=120s"],
             );
         }
-        let _ = try_kubectl(lab, &["delete", "network", NET, "--ignore-not-found"]);
+        let _ = try_kubectl(lab, &["delete", "network", net, "--ignore-not-found"]);
         let _ = try_kubectl(
             lab,
             &[
                 "delete",
                 "addresses",
                 "-l",
-                &format!("roam.dev/network={NET}"),
+                &format!("roam.dev/network={net}"),
             ],
         );
-        let tap = roam_migrator::controller::vms::tap_name(&format!("{NS}/{VM}"));
+        let tap = roam_migrator::controller::vms::tap_name(&format!("{ns}/{vmn}"));
         for n in ["node-a", "node-b"] {
             // a launcher killed without its shim's shutdown leaves the tap and its OVS port
             let node = lab.node(n);
@@ -147,10 +195,15 @@ impl Fixture {
             let _ = try_run("ip", &["-n", &node.netns, "link", "del", &tap]);
             let _ = try_run(
                 "virsh",
-                &["-c", &lab.node(n).libvirt, "destroy", &format!("{NS}_{VM}")],
+                &[
+                    "-c",
+                    &lab.node(n).libvirt,
+                    "destroy",
+                    &format!("{ns}_{vmn}"),
+                ],
             );
         }
-        let _ = std::fs::remove_dir_all(log_dir(lab));
+        let _ = std::fs::remove_dir_all(log_dir(lab, &self.n));
     }
 }
 
@@ -160,25 +213,32 @@ impl Drop for Fixture {
     }
 }
 
-pub fn vm(lab: &Lab) -> Value {
-    get(lab, &["-n", NS, "get", "vm", VM]).expect("the VM")
+pub fn vm(lab: &Lab, n: &Names) -> Value {
+    get(lab, &["-n", n.ns, "get", "vm", n.vm]).expect("the VM")
 }
 
-pub fn migrations(lab: &Lab) -> Vec<Value> {
+pub fn migrations(lab: &Lab, n: &Names) -> Vec<Value> {
     get(
         lab,
-        &["-n", NS, "get", "vmim", "-l", &format!("roam.dev/vm={VM}")],
+        &[
+            "-n",
+            n.ns,
+            "get",
+            "vmim",
+            "-l",
+            &format!("roam.dev/vm={}", n.vm),
+        ],
     )
     .and_then(|l| l["items"].as_array().cloned())
     .unwrap_or_default()
 }
 
-pub fn events_of(lab: &Lab, name: &str) -> String {
+pub fn events_of(lab: &Lab, n: &Names, name: &str) -> String {
     try_kubectl(
         lab,
         &[
             "-n",
-            NS,
+            n.ns,
             "get",
             "events",
             "--field-selector",
@@ -190,9 +250,15 @@ pub fn events_of(lab: &Lab, name: &str) -> String {
     .unwrap_or_default()
 }
 
-/// Annotate and wait for the new migration to end; returns it.
+/// [`migrate_in`] the H8 fixture.
 pub fn migrate(lab: &Lab, ctl: &ControllerProcess, to: &str) -> Value {
-    let before: Vec<String> = migrations(lab)
+    let _ = ctl;
+    migrate_in(lab, &H8, to)
+}
+
+/// Annotate and wait for the new migration to end; returns it.
+pub fn migrate_in(lab: &Lab, n: &Names, to: &str) -> Value {
+    let before: Vec<String> = migrations(lab, n)
         .iter()
         .map(|m| m["metadata"]["name"].as_str().unwrap().to_string())
         .collect();
@@ -200,15 +266,15 @@ pub fn migrate(lab: &Lab, ctl: &ControllerProcess, to: &str) -> Value {
         lab,
         &[
             "-n",
-            NS,
+            n.ns,
             "annotate",
             "vm",
-            VM,
+            n.vm,
             &format!("roam.dev/migrate-to={to}"),
         ],
     );
     wait_until(LONG, "the migration to end", || {
-        let m = migrations(lab)
+        let m = migrations(lab, n)
             .into_iter()
             .find(|m| !before.contains(&m["metadata"]["name"].as_str().unwrap().to_string()))?;
         let phase = m["status"]["phase"]
@@ -221,10 +287,9 @@ pub fn migrate(lab: &Lab, ctl: &ControllerProcess, to: &str) -> Value {
     })
     .pipe(|m| {
         assert!(
-            vm(lab)["metadata"]["annotations"]["roam.dev/migrate-to"].is_null(),
+            vm(lab, n)["metadata"]["annotations"]["roam.dev/migrate-to"].is_null(),
             "the annotation is removed"
         );
-        let _ = ctl;
         m
     })
 }
@@ -333,32 +398,33 @@ pub struct Booted {
     pub ip: String,
     pub mac: String,
     pub addr: String,
+    /// The fixture's names.
+    pub n: Names,
 }
 
-/// Start roam-controller, create the Network and the VM (on node-a), wait for it to run and
-/// take its lease, plumb a client on node-a and wait until it pings the guest.
-pub fn boot(lab: &Lab) -> Booted {
-    let lab = lab.clone();
-    let ovn = LabNetwork::new(&lab, NET, &[("node-a", "h8cli")]);
-    let fixture = Fixture::new(&lab);
+/// roam-controller for the fixture `n`; `log` names its log file (and identity).
+pub fn start_controller(lab: &Lab, n: &Names, log: &str) -> ControllerProcess {
     let lab_dir = lab.dir().display().to_string();
     let peer = format!("qemu+unix:///system?socket={lab_dir}/{{node}}/fs_run/libvirt/libvirt-sock");
-    let logs = log_dir(&lab).display().to_string();
-    let ctl = ControllerProcess::start(
-        &lab,
-        "h8-controller",
-        18101,
+    let logs = log_dir(lab, n).display().to_string();
+    // built (or checked) once per test process: a restart must be quick
+    static BINARY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    ControllerProcess::start_binary(
+        BINARY.get_or_init(ControllerProcess::binary),
+        lab,
+        log,
+        n.metrics_port,
         &[
             "--leader-elect",
             "false",
             "--network-selector",
-            "roam.dev/test=h8-mig",
+            &format!("roam.dev/test={}", n.test_label),
             "--node-selector",
             "roam.dev/lab=true",
             "--pod-namespace",
-            NS,
+            n.ns,
             "--shim-ports",
-            "17100-17199",
+            n.shim_ports,
             "--peer-libvirt-uri",
             &peer,
             "--vm-log-dir",
@@ -368,24 +434,41 @@ pub fn boot(lab: &Lab) -> Booted {
             "--launcher-priority-class",
             "system-node-critical",
         ],
-    );
+    )
+}
+
+/// [`boot_with`] the H8 names.
+pub fn boot(lab: &Lab) -> Booted {
+    boot_with(lab, &H8)
+}
+
+/// Start roam-controller, create the Network and the VM (on node-a), wait for it to run and
+/// take its lease, plumb a client on node-a and wait until it pings the guest.
+pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
+    let lab = lab.clone();
+    let Names {
+        ns, net, vm: vmn, ..
+    } = *n;
+    let ovn = LabNetwork::new(&lab, net, &[("node-a", n.cli)]);
+    let fixture = Fixture::new(&lab, n);
+    let ctl = start_controller(&lab, n, n.controller);
     let (kernel, initrd) = lab.guest();
     create(
         &lab,
         &[
             json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network",
-                   "metadata": {"name": NET, "labels": {"roam.dev/test": "h8-mig"}},
-                   "spec": {"subnet": "100.150.0.0/24", "transitSubnet": "169.254.150.0/24",
+                   "metadata": {"name": net, "labels": {"roam.dev/test": n.test_label}},
+                   "spec": {"subnet": n.subnet, "transitSubnet": n.transit,
                             "poolSizePerNode": 2, "mtu": 1400}}),
             json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
-                   "metadata": {"name": VM, "namespace": NS},
+                   "metadata": {"name": vmn, "namespace": ns},
                    "spec": {"cpu": 1, "memoryMiB": 256, "node": "node-a",
                             "boot": {"kernel": {"kernel": kernel, "initrd": initrd,
                                                 "cmdline": "console=ttyS0 quiet panic=-1"}}}}),
         ],
     );
     let status = wait_until(LONG, "the VM Running on node-a", || {
-        let v = vm(&lab);
+        let v = vm(&lab, n);
         (v["status"]["phase"] == "Running").then(|| v["status"].clone())
     });
     assert_eq!(status["node"], "node-a", "{status}");
@@ -402,7 +485,7 @@ pub fn boot(lab: &Lab) -> Booted {
         .expect("its Address")
         .to_string();
     let src_pod = status["pod"].as_str().unwrap().to_string();
-    let pod = get(&lab, &["-n", NS, "get", "pod", &src_pod]).expect("the launcher pod");
+    let pod = get(&lab, &["-n", ns, "get", "pod", &src_pod]).expect("the launcher pod");
     assert_eq!(pod["spec"]["nodeName"], "node-a");
     assert_eq!(pod["spec"]["hostNetwork"], true);
     assert_eq!(
@@ -410,7 +493,7 @@ pub fn boot(lab: &Lab) -> Booted {
         "started by the real kubelet"
     );
     wait_until(LONG, "the guest's /32 lease from OVN (serial log)", || {
-        let s = serial(&lab);
+        let s = serial(&lab, n);
         (s.contains(&format!("lease of {ip} obtained")) && s.contains("ROAM-GUEST-SERVICES-UP"))
             .then_some(())
     });
@@ -419,26 +502,26 @@ pub fn boot(lab: &Lab) -> Booted {
     create(
         &lab,
         &[json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "client", "namespace": NS},
+        "metadata": {"name": "client", "namespace": ns},
         "spec": {"nodeName": "node-a", "priorityClassName": "system-node-critical", "terminationGracePeriodSeconds": 0,
                  "containers": [{"name": "c", "image": "lab.local/busybox:1.35", "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}})],
     );
     let cli = wait_until(LONG, "the client's address", || {
-        let p = get(&lab, &["-n", NS, "get", "pod", "client"])?;
+        let p = get(&lab, &["-n", ns, "get", "pod", "client"])?;
         let a: Vec<Value> =
             serde_json::from_str(p["metadata"]["annotations"]["roam.dev/addresses"].as_str()?)
                 .ok()?;
         a.first().cloned()
     });
-    let cli_ns = TestNetns::new("h8cli");
+    let cli_ns = TestNetns::new(n.cli);
     plug_netns(
         &lab.node("node-a"),
         &cli_ns,
-        "h8cli",
+        n.cli,
         cli["port"].as_str().unwrap(),
         cli["mac"].as_str().unwrap(),
         cli["ip"].as_str().unwrap(),
-        GW,
+        n.gw,
     );
     wait_until(LONG, "the client pings the guest", || {
         cli_ns.ping_once(&ip).then_some(())
@@ -451,5 +534,6 @@ pub fn boot(lab: &Lab) -> Booted {
         ip,
         mac,
         addr,
+        n: *n,
     }
 }

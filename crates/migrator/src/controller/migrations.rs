@@ -256,6 +256,18 @@ async fn reconcile(
     let vms_api: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let vm = vms_api.get_opt(&m.spec.vm).await?;
+    // A finished migration the VM no longer names is history (its outcome is recorded, or a
+    // newer migration moved the VM since): settling it again — as a restarted controller
+    // would, for every old migration — would pull the address back to where it once went.
+    let vm_names_it = vm
+        .as_ref()
+        .and_then(|v| v.status.as_ref())
+        .and_then(|s| s.migration.as_deref())
+        == Some(mname.as_str());
+    if st.phase.is_terminal() && !vm_names_it {
+        set_finalizer(&ctx, &m, false).await?;
+        return Ok(KAction::await_change());
+    }
     // --- Pending: validate, record source and target
     let mut invalid: Option<String> = None;
     if st.phase == Phase::Pending {
@@ -365,9 +377,15 @@ async fn reconcile(
         None => false,
     };
     let source_client = vms::client(&vm, &source_ip, port, &token)?;
-    let on_target = target_status
+    // a restarted target shim knows no incoming migration: its domain running is enough
+    let target_restarted = target_pod
         .as_ref()
-        .is_some_and(|s| s.domain == DomainState::Running && s.last_incoming.is_some());
+        .and_then(|p| p.status.as_ref()?.container_statuses.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.restart_count > 0));
+    let on_target = target_status.as_ref().is_some_and(|s| {
+        s.domain == DomainState::Running
+            && (s.last_incoming.is_some() || (target_restarted && !s.incoming))
+    });
     // once the guest runs on the target the source's answer changes nothing (the target's
     // completed job has the figures), and while libvirt tears the source domain down it can
     // take seconds: do not ask
@@ -479,6 +497,30 @@ async fn reconcile(
     let was = st.phase;
     let d = step(st.phase, &o);
     tracing::debug!(migration = %mname, ?o, ?d, "step");
+    // a restarted controller watches a running job's events again (the switchover flip)
+    let key = format!("{ns}/{mname}");
+    if o.job == Job::Running
+        && !local.watching.lock().expect("watching lock").contains(&key)
+        && let Some(ip) = &target_ip
+    {
+        let after = source_client
+            .events(0, Duration::ZERO)
+            .await
+            .map(|e| e.events.last().map(|e| e.seq).unwrap_or(0))
+            .unwrap_or(0);
+        let target_client = vms::client(&vm, ip, port, &token)?;
+        spawn_switchover(
+            &ctx,
+            &m,
+            &source_client,
+            after,
+            flipped_in_pause(&placements),
+            &source,
+            &target,
+            (target_client, target_pod_name.clone()),
+            &local,
+        );
+    }
     // --- act
     for a in &d.actions {
         match a {
@@ -618,12 +660,10 @@ async fn reconcile(
     }
     if st.phase.is_terminal() {
         st.completion_time.get_or_insert_with(now);
-        // the world settled: the port lives only where the guest runs (and, until the
-        // source pod is gone, on the source too)
+        // the world settled: the port lives only where the guest runs (now: this is the
+        // migration's last reconcile — once the VM no longer names it, it is history)
         let when = if st.phase == Phase::Succeeded {
-            Some(When::Succeeded {
-                source_pod: source_pod_exists,
-            })
+            Some(When::Succeeded { source_pod: false })
         } else if o.guest == GuestAt::Source {
             Some(When::RolledBack)
         } else {
@@ -646,7 +686,6 @@ async fn reconcile(
             .await?;
         }
     }
-    patch_status(&ctx, &m, &st).await?;
     if was != st.phase {
         let warn = matches!(st.phase, Phase::Failed | Phase::Aborted);
         let note = match (&st.reason, st.phase) {
@@ -662,9 +701,18 @@ async fn reconcile(
         };
         tracing::info!(migration = %mname, from = ?was, to = ?st.phase, reason = ?st.reason, "migration phase");
         let reason = format!("Migration{:?}", st.phase);
-        ctx.event(m.object_ref(&()), warn, &reason, "Migrate", note.clone());
-        ctx.event(vm.object_ref(&()), warn, &reason, "Migrate", note);
+        if st.phase.is_terminal() {
+            // published before the phase is written: a controller killed in between
+            // decides (and tells) again, where one killed after the write would never tell
+            for r in [m.object_ref(&()), vm.object_ref(&())] {
+                publish_now(&ctx, r, warn, &reason, note.clone()).await;
+            }
+        } else {
+            ctx.event(m.object_ref(&()), warn, &reason, "Migrate", note.clone());
+            ctx.event(vm.object_ref(&()), warn, &reason, "Migrate", note);
+        }
     }
+    patch_status(&ctx, &m, &st).await?;
     if st.phase.is_terminal() {
         if deleted || d.actions.is_empty() {
             set_finalizer(&ctx, &m, false).await?;
@@ -728,6 +776,31 @@ fn spawn_target_wait(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     });
+}
+
+/// Publish an Event and wait for the answer (a failure is logged, not returned).
+async fn publish_now(
+    ctx: &Context,
+    r: k8s_openapi::api::core::v1::ObjectReference,
+    warning: bool,
+    reason: &str,
+    note: String,
+) {
+    use kube::runtime::events::{Event, EventType};
+    let ev = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Migrate".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &r).await {
+        tracing::debug!(error = %e, "cannot publish an Event");
+    }
 }
 
 async fn finish_invalid(
