@@ -341,8 +341,14 @@ async fn claim_pipelined(
             });
             (step, current, held)
         };
+        // an Address moving to this node (its owner came back elsewhere) is not shown to the
+        // OVN syncer before its write succeeds: its route must follow the written host (the
+        // route controller's fast flip), never a claim that may still lose its race
+        let mut moving = false;
         let mut obj = match (&step, current) {
             (Step::Reuse { .. } | Step::Claim { .. }, Some(cur)) => {
+                moving = matches!(step, Step::Reuse { .. })
+                    && cur.spec.host.as_deref().is_some_and(|h| h != node);
                 if let Step::Reuse { name } = &step
                     && let Some(holder) = holder_elsewhere(ctx, &cur, pod, owner, node)
                 {
@@ -378,15 +384,17 @@ async fn claim_pipelined(
             .insert(POD_ANNOTATION.into(), pod.into());
         let name = obj.metadata.name.clone().unwrap_or_default();
         let ip: Option<Ipv4Addr> = obj.spec.ip.parse().ok();
-        let tentative = Tentative {
-            ctx: ctx.clone(),
-            name: name.clone(),
-        };
-        ctx.tentative
-            .lock()
-            .expect("tentative lock")
-            .insert(name.clone(), Arc::new(obj.clone()));
-        let ticket = ovn::request(ctx, &r.network.name);
+        let tentative = (!moving).then(|| {
+            ctx.tentative
+                .lock()
+                .expect("tentative lock")
+                .insert(name.clone(), Arc::new(obj.clone()));
+            Tentative {
+                ctx: ctx.clone(),
+                name: name.clone(),
+            }
+        });
+        let early = (!moving).then(|| ovn::request(ctx, &r.network.name));
         let result = match step {
             Step::Create { .. } => api.create(&PostParams::default(), &obj).await,
             _ => api.replace(&name, &PostParams::default(), &obj).await,
@@ -408,6 +416,7 @@ async fn claim_pipelined(
                 // in the index before it leaves the tentative claims: the syncer always sees it
                 ctx.upsert(written.clone());
                 drop(tentative);
+                let ticket = early.unwrap_or_else(|| ovn::request(ctx, &r.network.name));
                 return Ok((Arc::new(written), Some(ticket)));
             }
             Err(e) if Error::is_conflict(&e) => {
