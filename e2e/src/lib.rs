@@ -190,6 +190,94 @@ pub fn wait_until<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Optio
     }
 }
 
+/// [`wait_until`], but on timeout the panic message carries `report()` (the state that
+/// explains the failure: OVN rows, logs).
+pub fn wait_until_else<T>(
+    timeout: Duration,
+    what: &str,
+    f: impl FnMut() -> Option<T>,
+    report: impl FnOnce() -> String,
+) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_until(timeout, what, f)
+    })) {
+        Ok(v) => v,
+        Err(_) => panic!(
+            "timed out after {timeout:?} waiting for {what}\n{}",
+            report()
+        ),
+    }
+}
+
+/// The rows about any of `needles` (MACs, IPs) in OVN: the logical switch ports and static routes
+/// that name it in the northbound database, and the southbound bindings of those ports with
+/// the chassis they are on. Never panics (for failure reports).
+pub fn ovn_rows_about(lab: &Lab, needles: &[&str]) -> String {
+    let about = |l: &str| needles.iter().any(|n| l.contains(n));
+    let nb = format!("--db={}", lab.nb());
+    let sb = format!("--db={}", lab.var("OVN_SB_DB"));
+    let list = |db: &str, prog: &str, cols: &str, table: &str| {
+        try_run(
+            prog,
+            &[
+                db,
+                "--timeout=10",
+                "--format=csv",
+                "--data=bare",
+                "--no-headings",
+                &format!("--columns={cols}"),
+                "list",
+                table,
+            ],
+        )
+        .unwrap_or_else(|e| format!("({prog} list {table}: {e})"))
+    };
+    let mut out = String::new();
+    let lsps = list(
+        &nb,
+        "ovn-nbctl",
+        "name,addresses,options,up",
+        "Logical_Switch_Port",
+    );
+    let mut names = vec![];
+    out.push_str("NB Logical_Switch_Port:\n");
+    for l in lsps.lines().filter(|l| about(l)) {
+        names.extend(l.split(',').next().map(str::to_string));
+        out.push_str(&format!("  {l}\n"));
+    }
+    out.push_str("NB Logical_Router_Static_Route:\n");
+    let routes = list(
+        &nb,
+        "ovn-nbctl",
+        "ip_prefix,nexthop,output_port,policy",
+        "Logical_Router_Static_Route",
+    );
+    for l in routes.lines().filter(|l| about(l)) {
+        out.push_str(&format!("  {l}\n"));
+    }
+    let chassis = list(&sb, "ovn-sbctl", "_uuid,hostname", "Chassis");
+    out.push_str("SB Port_Binding (chassis by hostname):\n");
+    let bindings = list(
+        &sb,
+        "ovn-sbctl",
+        "logical_port,chassis,additional_chassis,requested_chassis,up",
+        "Port_Binding",
+    );
+    for l in bindings
+        .lines()
+        .filter(|l| names.iter().any(|n| l.starts_with(&format!("{n},"))))
+    {
+        let mut l = l.to_string();
+        for c in chassis.lines() {
+            if let Some((uuid, host)) = c.split_once(',') {
+                l = l.replace(uuid, host);
+            }
+        }
+        out.push_str(&format!("  {l}\n"));
+    }
+    out
+}
+
 /// A network namespace owned by a test, deleted when dropped. Names start with `roam-t-`
 /// so that `e2e/lab down` removes any a killed test left behind.
 #[derive(Debug)]
@@ -561,6 +649,24 @@ pub fn shim_binary() -> PathBuf {
                 exe.display()
             )
         })
+}
+
+/// Build binary `bin` of workspace package `pkg` now (a debug build; quick when it is up to
+/// date) and return its path.
+pub fn workspace_binary(pkg: &str, bin: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(&root)
+        .args(["build", "-q", "-p", pkg, "--bin", bin])
+        .status()
+        .unwrap_or_else(|e| panic!("run cargo build for {bin}: {e}"));
+    assert!(status.success(), "building {bin} failed");
+    std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("target"))
+        .join("debug")
+        .join(bin)
 }
 
 /// One VM as the lab's shim tests describe it.
@@ -1069,25 +1175,7 @@ impl ControllerProcess {
         if let Ok(p) = std::env::var("ROAM_CONTROLLER_BIN") {
             return PathBuf::from(p);
         }
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .current_dir(&root)
-            .args([
-                "build",
-                "-q",
-                "-p",
-                "roam-migrator",
-                "--bin",
-                "roam-controller",
-            ])
-            .status()
-            .expect("run cargo build for roam-controller");
-        assert!(status.success(), "building roam-controller failed");
-        let target = std::env::var("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| root.join("target"));
-        target.join("debug").join("roam-controller")
+        workspace_binary("roam-migrator", "roam-controller")
     }
 
     /// Start roam-controller against the lab's API server and NB (TCP), metrics on

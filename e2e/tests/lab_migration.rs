@@ -166,25 +166,7 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
 /// `kubectl roam migrate VM --to NODE --watch` (the plugin binary, built now), as a user runs
 /// it: it must exit 0 and print the phases it went through; returns the migration it made.
 fn migrate_with_plugin(lab: &Lab, to: &str) -> serde_json::Value {
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let built = std::process::Command::new(cargo)
-        .current_dir(&root)
-        .args([
-            "build",
-            "-q",
-            "-p",
-            "roam-migrator",
-            "--bin",
-            "kubectl-roam",
-        ])
-        .status()
-        .expect("run cargo build for kubectl-roam");
-    assert!(built.success(), "building kubectl-roam failed");
-    let bin = std::env::var("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| root.join("target"))
-        .join("debug/kubectl-roam");
+    let bin = roam_e2e::workspace_binary("roam-migrator", "kubectl-roam");
     let before: Vec<String> = migrations(lab, &H8)
         .iter()
         .filter_map(|m| m["metadata"]["name"].as_str().map(str::to_string))

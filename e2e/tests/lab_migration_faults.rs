@@ -33,7 +33,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use migration_fixture::*;
-use roam_e2e::{ControllerProcess, Lab, try_run, wait_until};
+use roam_e2e::{ControllerProcess, Lab, try_run, wait_until, wait_until_else};
 use serde_json::{Value, json};
 
 const F8: Names = Names {
@@ -288,9 +288,12 @@ fn assert_settled(lab: &Lab, b: &Booted, ctl: &Ctl, on: &str) {
         (domstate(lab, on).as_deref() == Some("running") && domstate(lab, other(on)).is_none())
             .then_some(())
     });
-    wait_until(LONG, "the guest answers ping", || {
-        b.cli_ns.ping_once(&b.ip).then_some(())
-    });
+    wait_until_else(
+        LONG,
+        "the guest answers ping",
+        || b.cli_ns.ping_once(&b.ip).then_some(()),
+        || format!("{}\n{}", network_report(lab, b), ctl.tail()),
+    );
 }
 
 /// The migration ended in `want`, with its reason (for Failed) and an Event.
@@ -546,6 +549,14 @@ fn migrations_survive_controller_and_shim_faults() {
     assert_ended(&lab, &ctl, &m, "Succeeded", None);
     assert_settled(&lab, &b, &ctl, "node-b");
     assert_one_flip(&addr, "node-b", &ctl);
+    // the failed f8-tgtpod's copy never paused, so no event ended its switchover task: it
+    // must have ended with the migration, not flipped the route at this one's pause
+    let failed = vmim(&lab, "f8-tgtpod").unwrap();
+    assert!(
+        failed["status"]["switchoverMs"].is_null(),
+        "a failed migration's task acted on the next one: {failed}\n{}",
+        ctl.tail()
+    );
     eprintln!(
         "target shim killed while copying: Succeeded in {:?}",
         t.elapsed()

@@ -40,6 +40,10 @@ use crate::{Error, Result, domain, net};
 const EVENT_LOG_CAP: usize = 1024;
 /// How often a running job's stats are sampled.
 const STATS_EVERY: Duration = Duration::from_millis(100);
+/// How long `status` waits for libvirt before it answers with the domain state the last
+/// lifecycle event left (libvirt holds its answers for seconds while it finishes an incoming
+/// migration or tears a migrated domain down).
+const STATUS_LIBVIRT_BOUND: Duration = Duration::from_millis(200);
 
 /// Nanoseconds since the Unix epoch.
 pub fn unix_ns(t: SystemTime) -> u64 {
@@ -71,6 +75,32 @@ pub fn start_action(domain_here: bool, mode: Mode, booted_before: bool) -> Start
         (false, Mode::Boot, true) => StartAction::NoSecondBoot,
         (false, Mode::Boot, false) => StartAction::Boot,
     }
+}
+
+/// The domain's state after lifecycle event `kind`, `before` it (pure): what `status`
+/// answers while libvirt is too busy to be asked.
+pub fn state_after(kind: Lifecycle, before: DomainState) -> DomainState {
+    match kind {
+        Lifecycle::Started
+        | Lifecycle::ResumedAfterMigration
+        | Lifecycle::ResumedPostCopy
+        | Lifecycle::Resumed => DomainState::Running,
+        Lifecycle::IncomingMigration
+        | Lifecycle::SuspendedForMigration
+        | Lifecycle::SuspendedForPostCopy
+        | Lifecycle::Suspended => DomainState::Paused,
+        // the shim's domains are transient: stopped or migrated, they are gone
+        Lifecycle::MigratedAway | Lifecycle::Stopped | Lifecycle::Failed => DomainState::Absent,
+        Lifecycle::Crashed => DomainState::Crashed,
+        Lifecycle::Other => before,
+    }
+}
+
+/// The domain state as last seen, by a libvirt query or a lifecycle event. `generation`
+/// counts the events, so that a query that started before an event cannot overwrite it.
+struct Known {
+    state: DomainState,
+    generation: u64,
 }
 
 /// What the state file records.
@@ -108,6 +138,9 @@ struct Inner {
     /// Turns true when a libvirt connection is lost.
     lost: watch::Sender<bool>,
     next_job: AtomicU64,
+    known: Mutex<Known>,
+    /// A libvirt state query is in flight (at most one: a busy libvirt is not piled on).
+    querying: AtomicBool,
     _subscription: LifecycleSubscription,
 }
 
@@ -193,12 +226,19 @@ impl Shim {
                 latest,
                 lost,
                 next_job: AtomicU64::new(1),
+                known: Mutex::new(Known {
+                    state: DomainState::Absent,
+                    generation: 0,
+                }),
+                querying: AtomicBool::new(false),
                 _subscription: subscription,
             }),
         };
         tokio::spawn(shim.clone().watch_connections(events_conn.clone()));
         tokio::spawn(shim.clone().event_task(rx, events_conn));
         shim.attach_or_boot().await?;
+        // what the domain is now, before anyone asks
+        shim.query_domain_state().await;
         Ok(shim)
     }
 
@@ -274,10 +314,41 @@ impl Shim {
         Ok(())
     }
 
-    /// `GET /v1/status`.
+    /// Ask libvirt for the domain's state and remember the answer (unless a lifecycle event
+    /// came in meanwhile: it is newer). One query at a time; while one is in flight, or if
+    /// it takes longer than [`STATUS_LIBVIRT_BOUND`], the last known state is the answer.
+    async fn query_domain_state(&self) -> DomainState {
+        let known = || lock(&self.inner.known).state;
+        if self.inner.querying.swap(true, Ordering::SeqCst) {
+            return known();
+        }
+        let inner = self.inner.clone();
+        let generation = lock(&inner.known).generation;
+        let query = tokio::task::spawn_blocking(move || {
+            let state = domain_state(lookup(&inner.conn, &inner.cfg.vm.name).as_ref());
+            let mut k = lock(&inner.known);
+            if k.generation == generation {
+                k.state = state;
+            }
+            drop(k);
+            inner.querying.store(false, Ordering::SeqCst);
+            state
+        });
+        match tokio::time::timeout(STATUS_LIBVIRT_BOUND, query).await {
+            Ok(Ok(state)) => state,
+            Ok(Err(e)) => panic!("a blocking libvirt call panicked: {e}"),
+            Err(_) => {
+                let state = known();
+                tracing::debug!(vm = %self.name(), ?state, "libvirt is busy: the domain state from the last event");
+                state
+            }
+        }
+    }
+
+    /// `GET /v1/status`. Answers within about [`STATUS_LIBVIRT_BOUND`] however busy libvirt
+    /// is.
     pub async fn status(&self) -> Status {
-        let dom = self.domain().await;
-        let domain = blocking(move || domain_state(dom.as_ref())).await;
+        let domain = self.query_domain_state().await;
         let st = lock(&self.inner.state);
         Status {
             vm: self.name().to_string(),
@@ -647,6 +718,11 @@ impl Shim {
                 }
                 seq
             };
+            {
+                let mut k = lock(&self.inner.known);
+                k.state = state_after(kind, k.state);
+                k.generation += 1;
+            }
             self.inner.latest.send_replace(seq);
             tracing::info!(vm = %self.name(), ?kind, seq, "lifecycle event");
             match kind {
@@ -690,6 +766,9 @@ impl Shim {
         .await;
         match stats {
             Some(s) => {
+                let after_ms =
+                    unix_ns(SystemTime::now()).saturating_sub(resumed_unix_ns) / 1_000_000;
+                tracing::info!(vm = %self.name(), after_resume_ms = after_ms, "incoming migration's stats recorded");
                 lock(&self.inner.state).last_incoming = Some(Incoming {
                     resumed_unix_ns,
                     stats: crate::events::job_stats(&s),
@@ -798,6 +877,28 @@ mod tests {
         assert_eq!(start_action(true, Mode::Incoming, false), ReAttach);
         assert_eq!(start_action(false, Mode::Incoming, false), WaitForMigration);
         assert_eq!(start_action(false, Mode::Incoming, true), WaitForMigration);
+    }
+
+    #[test]
+    fn lifecycle_events_say_what_the_domain_is_now() {
+        use DomainState as D;
+        use Lifecycle as L;
+        // an incoming migration: created paused, then runs
+        assert_eq!(state_after(L::IncomingMigration, D::Absent), D::Paused);
+        assert_eq!(state_after(L::ResumedAfterMigration, D::Paused), D::Running);
+        assert_eq!(state_after(L::ResumedPostCopy, D::Paused), D::Running);
+        // the source: paused for the last copy, then gone
+        assert_eq!(state_after(L::SuspendedForMigration, D::Running), D::Paused);
+        assert_eq!(state_after(L::MigratedAway, D::Paused), D::Absent);
+        // a failed migration: the source resumes, the target's domain goes
+        assert_eq!(state_after(L::Resumed, D::Paused), D::Running);
+        assert_eq!(state_after(L::Failed, D::Paused), D::Absent);
+        assert_eq!(state_after(L::Started, D::Absent), D::Running);
+        assert_eq!(state_after(L::Stopped, D::Running), D::Absent);
+        assert_eq!(state_after(L::Crashed, D::Running), D::Crashed);
+        // an event that says nothing about the state leaves it
+        assert_eq!(state_after(L::Other, D::Paused), D::Paused);
+        assert_eq!(state_after(L::Other, D::Running), D::Running);
     }
 
     #[test]

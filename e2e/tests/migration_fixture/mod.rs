@@ -537,3 +537,21 @@ pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
         n: *n,
     }
 }
+
+/// The state that explains a guest that does not answer: its Address, its OVN rows, its
+/// serial log's tail (and how many times the guest kernel booted).
+pub fn network_report(lab: &Lab, b: &Booted) -> String {
+    let addr = try_kubectl(lab, &["get", "address", &b.addr, "-o", "json"]).unwrap_or_else(|e| e);
+    let serial = serial(lab, &b.n);
+    let boots = serial.matches("Linux version").count();
+    let tail: Vec<&str> = serial.lines().rev().take(20).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    format!(
+        "--- Address {}:\n{addr}\n--- OVN rows for {} / {}:\n{}--- serial log ({boots} boot(s)), last lines:\n{}\n",
+        b.addr,
+        b.mac,
+        b.ip,
+        roam_e2e::ovn_rows_about(lab, &[&b.mac, &b.ip]),
+        tail.join("\n")
+    )
+}

@@ -11,7 +11,7 @@
 //! of *this* target pod answers, by its `instance`) and the switchover task, on the
 //! migration's end events, wake the reconcile through [`Controller::reconcile_on`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,6 +27,7 @@ use kube::{Api, Resource, ResourceExt};
 use roam_shim_api::api::{DomainState, JobState, MigrateRequest, Status};
 use roam_shim_api::events::Lifecycle;
 use serde_json::json;
+use tokio::task::AbortHandle;
 
 use super::Context;
 use super::vms::{self, LauncherSpec, vm_key};
@@ -42,17 +43,38 @@ use crate::migration::{Action, GuestAt, Job, Observed, Phase, PodState, RouteAt,
 /// The finalizer that lets a deleted migration abort first.
 pub const FINALIZER: &str = "roam.dev/migration";
 
-/// This process's helpers of the reconcile: the background tasks running (by key) and the
-/// way they wake a migration's reconcile.
+/// This process's helpers of the reconcile: the background tasks running and the way they
+/// wake a migration's reconcile.
 #[derive(Clone)]
 struct Local {
-    watching: Arc<Mutex<BTreeSet<String>>>,
+    tasks: Arc<Mutex<Tasks>>,
     kick: mpsc::UnboundedSender<ObjectRef<VirtualMachineMigration>>,
+}
+
+/// The background tasks of this process's migrations by key — `ns/name` for the switchover
+/// task, `Ready:ns/name` and `Landed:ns/name` for the target waits — so that one runs per key
+/// and a migration's end stops all of its own. A task left running past its migration would
+/// act on the next one: a switchover task of a failed migration flips the route at the next
+/// migration's pause (its source shim is the same; an aborted copy that never paused sends
+/// no event that ends the task).
+#[derive(Default)]
+struct Tasks {
+    next_id: u64,
+    running: BTreeMap<String, (u64, Option<AbortHandle>)>,
 }
 
 impl Local {
     fn kick(&self, m: &VirtualMachineMigration) {
         let _ = self.kick.unbounded_send(ObjectRef::from_obj(m));
+    }
+
+    fn tasks(&self) -> std::sync::MutexGuard<'_, Tasks> {
+        self.tasks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a task runs under `key`.
+    fn running(&self, key: &str) -> bool {
+        self.tasks().running.contains_key(key)
     }
 
     /// Run `task` unless one under `key` runs already; the key is free again when it ends.
@@ -61,19 +83,45 @@ impl Local {
         key: String,
         task: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
-        if !self
-            .watching
-            .lock()
-            .expect("watching lock")
-            .insert(key.clone())
-        {
-            return;
-        }
-        let watching = self.watching.clone();
-        tokio::spawn(async move {
+        let id = {
+            let mut t = self.tasks();
+            if t.running.contains_key(&key) {
+                return;
+            }
+            t.next_id += 1;
+            let id = t.next_id;
+            t.running.insert(key.clone(), (id, None));
+            id
+        };
+        let (tasks, k) = (self.tasks.clone(), key.clone());
+        let handle = tokio::spawn(async move {
             task.await;
-            watching.lock().expect("watching lock").remove(&key);
+            let mut t = tasks.lock().unwrap_or_else(|e| e.into_inner());
+            if t.running.get(&k).is_some_and(|(i, _)| *i == id) {
+                t.running.remove(&k);
+            }
         });
+        if let Some(e) = self.tasks().running.get_mut(&key).filter(|(i, _)| *i == id) {
+            e.1 = Some(handle.abort_handle());
+        }
+    }
+
+    /// Stop every task of migration `ns/name` (it ended); returns how many were running.
+    fn stop_all(&self, ns_name: &str) -> usize {
+        let mut t = self.tasks();
+        let suffix = format!(":{ns_name}");
+        let keys: Vec<String> = t
+            .running
+            .keys()
+            .filter(|k| *k == ns_name || k.ends_with(&suffix))
+            .cloned()
+            .collect();
+        for k in &keys {
+            if let Some((_, Some(h))) = t.running.remove(k) {
+                h.abort();
+            }
+        }
+        keys.len()
     }
 }
 
@@ -84,7 +132,7 @@ pub(super) async fn run(ctx: Arc<Context>) {
     };
     let (kick, kicked) = mpsc::unbounded();
     let local = Local {
-        watching: Arc::new(Mutex::new(BTreeSet::new())),
+        tasks: Arc::new(Mutex::new(Tasks::default())),
         kick,
     };
     Controller::new(api, watcher::Config::default())
@@ -242,9 +290,13 @@ async fn reconcile(
     // decide on the object as it is now, not on a cached copy older than our last write
     let api: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
     let Some(m) = api.get_opt(&mname).await?.map(Arc::new) else {
+        local.stop_all(&format!("{ns}/{mname}"));
         return Ok(KAction::await_change());
     };
     let mut st = m.status.clone().unwrap_or_default();
+    if st.phase.is_terminal() {
+        local.stop_all(&format!("{ns}/{mname}"));
+    }
     let deleted = m.metadata.deletion_timestamp.is_some();
     if st.phase.is_terminal() && deleted {
         set_finalizer(&ctx, &m, false).await?;
@@ -497,17 +549,8 @@ async fn reconcile(
     let was = st.phase;
     let d = step(st.phase, &o);
     tracing::debug!(migration = %mname, ?o, ?d, "step");
-    // a restarted controller watches a running job's events again (the switchover flip)
-    let key = format!("{ns}/{mname}");
-    if o.job == Job::Running
-        && !local.watching.lock().expect("watching lock").contains(&key)
-        && let Some(ip) = &target_ip
-    {
-        let after = source_client
-            .events(0, Duration::ZERO)
-            .await
-            .map(|e| e.events.last().map(|e| e.seq).unwrap_or(0))
-            .unwrap_or(0);
+    // the task that flips the route at the pause, for the source's events after `after`
+    let watch_switchover = |ip: &str, after: u64| -> Result<()> {
         let target_client = vms::client(&vm, ip, port, &token)?;
         spawn_switchover(
             &ctx,
@@ -520,6 +563,15 @@ async fn reconcile(
             (target_client, target_pod_name.clone()),
             &local,
         );
+        Ok(())
+    };
+    // a restarted controller watches a running job's events again (the switchover flip)
+    let key = format!("{ns}/{mname}");
+    if o.job == Job::Running
+        && !local.running(&key)
+        && let Some(ip) = &target_ip
+    {
+        watch_switchover(ip, last_seq(&source_client).await)?;
     }
     // --- act
     for a in &d.actions {
@@ -572,11 +624,7 @@ async fn reconcile(
                     timeout_s: m.spec.timeout_seconds,
                 };
                 // the events after this point are this job's
-                let after = source_client
-                    .events(0, Duration::ZERO)
-                    .await
-                    .map(|e| e.events.last().map(|e| e.seq).unwrap_or(0))
-                    .unwrap_or(0);
+                let after = last_seq(&source_client).await;
                 let job = source_client
                     .migrate(&req)
                     .await
@@ -587,18 +635,7 @@ async fn reconcile(
                 st.job_id = Some(job.id);
                 // record the job before anything else can happen
                 patch_status(&ctx, &m, &st).await?;
-                let target_client = vms::client(&vm, ip, port, &token)?;
-                spawn_switchover(
-                    &ctx,
-                    &m,
-                    &source_client,
-                    after,
-                    flipped_in_pause(&placements),
-                    &source,
-                    &target,
-                    (target_client, target_pod_name.clone()),
-                    &local,
-                );
+                watch_switchover(ip, after)?;
             }
             Action::AbortMigration => {
                 if let Err(e) = source_client.abort().await {
@@ -659,6 +696,11 @@ async fn reconcile(
         st.reason = d.reason.clone();
     }
     if st.phase.is_terminal() {
+        // its tasks end with it: none may act on the VM's next migration
+        let stopped = local.stop_all(&key);
+        if stopped > 0 {
+            tracing::debug!(migration = %key, stopped, "background tasks stopped");
+        }
         st.completion_time.get_or_insert_with(now);
         // the world settled: the port lives only where the guest runs (now: this is the
         // migration's last reconcile — once the VM no longer names it, it is history)
@@ -725,6 +767,14 @@ async fn reconcile(
     }
     // the fast paths are woken by the tasks; this is the fallback (and the progress refresh)
     Ok(KAction::requeue(Duration::from_millis(500)))
+}
+
+/// The sequence number of the shim's last event (0 if it cannot say): what follows is news.
+async fn last_seq(shim: &roam_shim_api::client::ShimClient) -> u64 {
+    shim.events(0, Duration::ZERO)
+        .await
+        .map(|e| e.events.last().map(|e| e.seq).unwrap_or(0))
+        .unwrap_or(0)
 }
 
 /// Whether `s` comes from the shim of `pod`: by its `instance`; a shim too old to say is
@@ -932,4 +982,81 @@ fn spawn_switchover(
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task that runs until it is aborted, and tells (by dropping its guard) when it ends.
+    fn forever(ended: &Arc<()>) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let guard = ended.clone();
+        async move {
+            let _guard = guard;
+            std::future::pending::<()>().await
+        }
+    }
+
+    async fn until_dropped(ended: &Arc<()>) {
+        for _ in 0..1000 {
+            if Arc::strong_count(ended) == 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the task did not end");
+    }
+
+    #[tokio::test]
+    async fn a_migrations_end_stops_its_tasks_and_only_its() {
+        let (kick, _kicked) = mpsc::unbounded();
+        let local = Local {
+            tasks: Arc::new(Mutex::new(Tasks::default())),
+            kick,
+        };
+        let (mine, other) = (Arc::new(()), Arc::new(()));
+        local.spawn_once("ns/m1".into(), forever(&mine));
+        local.spawn_once("Landed:ns/m1".into(), forever(&mine));
+        local.spawn_once("ns/m10".into(), forever(&other));
+        local.spawn_once("Ready:ns/m10".into(), forever(&other));
+        // one per key: a second switchover task for m1 is not started
+        local.spawn_once("ns/m1".into(), forever(&mine));
+        assert_eq!(Arc::strong_count(&mine), 3);
+        assert!(local.running("ns/m1"));
+
+        assert_eq!(local.stop_all("ns/m1"), 2);
+        until_dropped(&mine).await;
+        assert!(!local.running("ns/m1") && !local.running("Landed:ns/m1"));
+        // m10 shares the prefix, not the name: untouched
+        assert!(local.running("ns/m10") && local.running("Ready:ns/m10"));
+        assert_eq!(Arc::strong_count(&other), 3);
+        // the key is free again
+        let again = Arc::new(());
+        local.spawn_once("ns/m1".into(), forever(&again));
+        assert!(local.running("ns/m1"));
+        assert_eq!(local.stop_all("ns/m1"), 1);
+        until_dropped(&again).await;
+    }
+
+    #[tokio::test]
+    async fn a_task_that_ends_frees_its_key() {
+        let (kick, _kicked) = mpsc::unbounded();
+        let local = Local {
+            tasks: Arc::new(Mutex::new(Tasks::default())),
+            kick,
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        local.spawn_once("ns/m".into(), async move {
+            let _ = rx.await;
+        });
+        assert!(local.running("ns/m"));
+        tx.send(()).unwrap();
+        for _ in 0..1000 {
+            if !local.running("ns/m") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the finished task still holds its key");
+    }
 }
