@@ -2,8 +2,9 @@
 //! launcher pod is migrated back and forth `ROAM_BENCH_MIGRATIONS` times (default 20) by
 //! annotating it (`roam.dev/migrate-to`), while a client namespace pings it every 2 ms and
 //! streams TCP to its echo port. Per run: libvirt's downtime (the target's completed job),
-//! the network blackout (the longest gap between two ping replies), their ratio, whether the
-//! TCP stream survived (every byte echoed, no reset), the route switchover (pause event →
+//! the network blackout (the longest gap between two ping replies), their ratio, the
+//! guest's pause as the shims saw it (source suspended → target resumed: libvirt's downtime
+//! plus its hand-over to the target) and the blackout over it, whether the TCP stream survived (every byte echoed, no reset), the route switchover (pause event →
 //! Address write), and annotate→Succeeded minus libvirt's job time (the controller's
 //! overhead). Targets (issue 8): ratio ≤ 1.3, every stream survives, overhead ≤ 2 s.
 //!
@@ -79,10 +80,23 @@ fn main() {
     let client = rt.block_on(lab.kube_client());
     let b = boot(&lab);
     println!(
-        "{:>3} {:>13} {:>10} {:>12} {:>6} {:>13} {:>12} {:>11}",
-        "run", "route", "downtime", "blackout", "ratio", "tcp", "switchover", "overhead"
+        "{:>3} {:>13} {:>10} {:>12} {:>6} {:>9} {:>6} {:>13} {:>12} {:>11}  guest",
+        "run",
+        "route",
+        "downtime",
+        "blackout",
+        "ratio",
+        "pause",
+        "/pause",
+        "tcp",
+        "switchover",
+        "overhead"
     );
+    let mut pause_ratios = vec![];
     let (mut ratios, mut survived, mut overheads) = (vec![], 0, vec![]);
+    // the guest's kernel banners in its serial log: one more means it rebooted
+    let boots = || serial(&lab, &H8).matches("Linux version").count();
+    let (mut booted, mut reboots) = (boots(), 0);
     for i in 0..runs {
         let (from, to) = if i % 2 == 0 {
             ("node-a", "node-b")
@@ -113,21 +127,35 @@ fn main() {
         } else {
             f64::NAN
         };
+        let pause = st["pauseMs"].as_u64().unwrap_or(0);
+        let pause_ratio = if pause > 0 {
+            gap_ms / pause as f64
+        } else {
+            f64::NAN
+        };
+        pause_ratios.push(pause_ratio);
         let ok = tcp.starts_with("OK");
+        let now_booted = boots();
+        let rebooted = now_booted > booted;
+        reboots += now_booted.saturating_sub(booted);
+        booted = now_booted;
         let overhead = total.as_millis() as i64 - job as i64;
         ratios.push(ratio);
         overheads.push(overhead);
         survived += ok as usize;
         println!(
-            "{:>3} {:>13} {:>8}ms {:>10.1}ms {:>6.2} {:>13} {:>10}ms {:>9}ms",
+            "{:>3} {:>13} {:>8}ms {:>10.1}ms {:>6.2} {:>7}ms {:>6.2} {:>13} {:>10}ms {:>9}ms  {}",
             i + 1,
             format!("{from}→{to}"),
             downtime,
             gap_ms,
             ratio,
+            pause,
+            pause_ratio,
             if ok { "survived" } else { "BROKEN" },
             st["switchoverMs"].as_u64().map(|v| v as i64).unwrap_or(-1),
-            overhead
+            overhead,
+            if rebooted { "REBOOTED" } else { "ran on" }
         );
         if !ok {
             println!("    tcp: {tcp}");
@@ -143,13 +171,18 @@ fn main() {
     }
     let mut sorted = ratios.clone();
     sorted.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let mut pr = pause_ratios.clone();
+    pr.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     let mut oh = overheads.clone();
     oh.sort();
     println!(
         "\n{runs} migrations: blackout/downtime ratio median {:.2} max {:.2} (target ≤ 1.3); \
-         TCP survived {survived}/{runs}; overhead median {} ms max {} ms (target ≤ 2000 ms)",
+         blackout/pause (the shims' suspend → resume events) median {:.2} max {:.2}; \
+         TCP survived {survived}/{runs}; guest reboots {reboots}; overhead median {} ms max {} ms (target ≤ 2000 ms)",
         sorted[sorted.len() / 2],
         sorted.last().copied().unwrap_or(f64::NAN),
+        pr[pr.len() / 2],
+        pr.last().copied().unwrap_or(f64::NAN),
         oh[oh.len() / 2],
         oh.last().copied().unwrap_or(0)
     );

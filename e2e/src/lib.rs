@@ -1193,6 +1193,19 @@ impl ControllerProcess {
         metrics_port: u16,
         args: &[&str],
     ) -> ControllerProcess {
+        Self::start_binary_env(binary, lab, name, metrics_port, args, &[])
+    }
+
+    /// [`ControllerProcess::start_binary`] with `env` added to its environment (e.g.
+    /// `ROAM_FAILPOINT`).
+    pub fn start_binary_env(
+        binary: &std::path::Path,
+        lab: &Lab,
+        name: &str,
+        metrics_port: u16,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> ControllerProcess {
         let log = lab.dir().join(format!("{name}.log"));
         let file = std::fs::File::create(&log).expect("create the controller log");
         let metrics = format!("127.0.0.1:{metrics_port}");
@@ -1210,6 +1223,7 @@ impl ControllerProcess {
             .args(args)
             .env("RUST_LOG", "info,roam_migrator=debug,kube=warn")
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stdout(file.try_clone().expect("dup log"))
             .stderr(file)
             .spawn()

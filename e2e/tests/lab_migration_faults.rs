@@ -14,7 +14,11 @@
 //!   on the source;
 //! - the target shim process SIGKILLed while Migrating: the kubelet restarts it, it
 //!   re-attaches to the incoming domain and the migration (driven peer-to-peer by the
-//!   source's libvirtd) ends Succeeded.
+//!   source's libvirtd) ends Succeeded (and the failed migration before it got no route flip
+//!   from a task it left behind);
+//! - roam-controller dead right after it started the copy, before it recorded the job (the
+//!   `migration-started` failpoint: `ROAM_FAILPOINT`): the next one adopts the running job
+//!   and still flips the route in the pause.
 //!
 //! After each: the guest runs on exactly one node (libvirt domains of both nodes, through
 //! their sockets), the VM's status and its Address's host name that node, same IP and MAC, no
@@ -76,6 +80,30 @@ impl Ctl {
         let log = format!("{}-{}", F8.controller, self.incarnation);
         self.proc = start_controller(&self.lab, &F8, &log);
         eprintln!("  controller restarted (log {log}.log)");
+    }
+
+    /// Replace it (SIGKILL) with one that aborts at failpoint `at`; returns once that one
+    /// has started (its log exists).
+    fn with_failpoint(&mut self, at: &str) {
+        self.proc.kill();
+        self.previous = self.proc.log_tail(40);
+        self.incarnation += 1;
+        let log = format!("{}-{}", F8.controller, self.incarnation);
+        self.proc = start_controller_env(&self.lab, &F8, &log, &[("ROAM_FAILPOINT", at)]);
+        eprintln!("  controller with failpoint {at} (log {log}.log)");
+    }
+
+    /// Wait for the controller to die at its failpoint, then start a plain one.
+    fn after_failpoint(&mut self) {
+        let status = wait_until(LONG, "the controller to abort at its failpoint", || {
+            self.proc.child.try_wait().ok().flatten()
+        });
+        assert!(!status.success(), "it aborted: {status}\n{}", self.tail());
+        self.previous = self.proc.log_tail(40);
+        self.incarnation += 1;
+        let log = format!("{}-{}", F8.controller, self.incarnation);
+        self.proc = start_controller(&self.lab, &F8, &log);
+        eprintln!("  it aborted ({status}); controller restarted (log {log}.log)");
     }
 
     fn tail(&self) -> String {
@@ -559,6 +587,35 @@ fn migrations_survive_controller_and_shim_faults() {
     );
     eprintln!(
         "target shim killed while copying: Succeeded in {:?}",
+        t.elapsed()
+    );
+
+    // --- the controller dies right after it started the copy, before it wrote the job's id
+    // (b → a, a slow copy): the next one adopts the running job (no second start) and still
+    // flips the route in the pause
+    let t = Instant::now();
+    let addr = Watch::new(&lab, &["get", "address", &b.addr]);
+    ctl.with_failpoint("migration-started");
+    create_vmim(&lab, "f8-adopt", "node-a", Some(slow));
+    ctl.after_failpoint();
+    let m = wait_end(&lab, &ctl, "f8-adopt");
+    assert_ended(&lab, &ctl, &m, "Succeeded", None);
+    assert!(
+        m["status"]["switchoverMs"].is_u64(),
+        "the adopted copy's pause flipped the route: {m}\n{}",
+        ctl.tail()
+    );
+    assert!(
+        ctl.proc
+            .log_text()
+            .contains("adopting the copy this migration started"),
+        "{}",
+        ctl.tail()
+    );
+    assert_settled(&lab, &b, &ctl, "node-a");
+    assert_one_flip(&addr, "node-a", &ctl);
+    eprintln!(
+        "controller killed between starting the copy and recording it: Succeeded in {:?}",
         t.elapsed()
     );
 

@@ -254,6 +254,11 @@ pub fn step(phase: Phase, o: &Observed) -> Decision {
         d.reason = Some(reason);
         return d;
     }
+    // a copy runs — perhaps one a controller started and died before writing any further
+    // phase (its successor adopted the job): it is Migrating; never start a second one
+    if o.job == Job::Running && phase >= Phase::TargetScheduling {
+        return Decision::stay(Phase::Migrating);
+    }
     match phase {
         Phase::Pending => Decision::go(Phase::TargetScheduling, vec![CreateTarget]),
         Phase::TargetScheduling => match (&o.target_pod, o.target_port) {
@@ -394,6 +399,27 @@ mod tests {
         assert_eq!(d.phase, Phase::Failed);
         assert_eq!(d.actions, vec![Action::DeleteTarget]);
         assert!(d.reason.unwrap().contains("connection reset"));
+    }
+
+    #[test]
+    fn an_adopted_copy_is_migrating_whatever_phase_was_last_written() {
+        // a controller started the copy and died before writing TargetReady: its successor
+        // finds the phase TargetScheduling and the job (adopted) running
+        let mut o = fresh();
+        o.target_pod = PodState::Ready;
+        o.target_port = true;
+        o.job = Job::Running;
+        for phase in [
+            Phase::TargetScheduling,
+            Phase::TargetReady,
+            Phase::Migrating,
+        ] {
+            assert_eq!(
+                step(phase, &o),
+                Decision::stay(Phase::Migrating),
+                "{phase:?}"
+            );
+        }
     }
 
     #[test]

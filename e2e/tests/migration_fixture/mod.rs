@@ -404,12 +404,22 @@ pub struct Booted {
 
 /// roam-controller for the fixture `n`; `log` names its log file (and identity).
 pub fn start_controller(lab: &Lab, n: &Names, log: &str) -> ControllerProcess {
+    start_controller_env(lab, n, log, &[])
+}
+
+/// [`start_controller`] with `env` added to its environment (e.g. `ROAM_FAILPOINT`).
+pub fn start_controller_env(
+    lab: &Lab,
+    n: &Names,
+    log: &str,
+    env: &[(&str, &str)],
+) -> ControllerProcess {
     let lab_dir = lab.dir().display().to_string();
     let peer = format!("qemu+unix:///system?socket={lab_dir}/{{node}}/fs_run/libvirt/libvirt-sock");
     let logs = log_dir(lab, n).display().to_string();
     // built (or checked) once per test process: a restart must be quick
     static BINARY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    ControllerProcess::start_binary(
+    ControllerProcess::start_binary_env(
         BINARY.get_or_init(ControllerProcess::binary),
         lab,
         log,
@@ -434,6 +444,7 @@ pub fn start_controller(lab: &Lab, n: &Names, log: &str) -> ControllerProcess {
             "--launcher-priority-class",
             "system-node-critical",
         ],
+        env,
     )
 }
 

@@ -82,6 +82,12 @@ pub struct VirtualMachineMigrationStatus {
     /// From the source's pause to the route flip committed in OVN, in ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switchover_ms: Option<u64>,
+    /// The guest's pause as the shims saw it, in ms: the source's `suspended-for-migration`
+    /// event to the target's `resumed-after-migration` event. Longer than `downtimeMs`
+    /// (QEMU's figure) by libvirt's hand-over to the target; unknown when the controller
+    /// restarted during the migration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_ms: Option<u64>,
     /// libvirt's job time, in ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_ms: Option<u64>,

@@ -48,6 +48,9 @@ pub const FINALIZER: &str = "roam.dev/migration";
 #[derive(Clone)]
 struct Local {
     tasks: Arc<Mutex<Tasks>>,
+    /// When each migration's source paused for the final copy (its event's time, ns since
+    /// the epoch), for `pauseMs`.
+    suspended: Arc<Mutex<BTreeMap<String, u64>>>,
     kick: mpsc::UnboundedSender<ObjectRef<VirtualMachineMigration>>,
 }
 
@@ -133,6 +136,7 @@ pub(super) async fn run(ctx: Arc<Context>) {
     let (kick, kicked) = mpsc::unbounded();
     let local = Local {
         tasks: Arc::new(Mutex::new(Tasks::default())),
+        suspended: Arc::default(),
         kick,
     };
     Controller::new(api, watcher::Config::default())
@@ -449,6 +453,19 @@ async fn reconcile(
     } else {
         None
     };
+    // a job this migration started whose id was never written (the controller died between
+    // starting it and recording it): adopt it — unwatched, its pause would pass without the
+    // route flip, and starting it again only meets "a job is running"
+    if st.job_id.is_none()
+        && let (Some(s), Some(ip)) = (&source_status, &target_ip)
+        && let Some(j) = s
+            .job
+            .as_ref()
+            .filter(|j| !j.state.is_final() && j.target == vms::shim_url(ip, port))
+    {
+        tracing::info!(migration = %mname, job = j.id, "adopting the copy this migration started");
+        st.job_id = Some(j.id);
+    }
     let job = match (&source_status, st.job_id) {
         (_, None) => Job::None,
         (None, Some(_)) => Job::Unknown,
@@ -512,6 +529,15 @@ async fn reconcile(
         }
         if let Some(e) = inc.stats.elapsed_ms {
             st.job_ms = Some(e);
+        }
+        if let Some(&at) = local
+            .suspended
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&format!("{ns}/{mname}"))
+            && inc.resumed_unix_ns > at
+        {
+            st.pause_ms = Some((inc.resumed_unix_ns - at) / 1_000_000);
         }
         if let Some(p) = st.progress.as_mut() {
             p.percent = Some("100%".into());
@@ -632,6 +658,7 @@ async fn reconcile(
                         vm: vm_key(&vm),
                         source,
                     })?;
+                super::failpoint("migration-started");
                 st.job_id = Some(job.id);
                 // record the job before anything else can happen
                 patch_status(&ctx, &m, &st).await?;
@@ -698,6 +725,11 @@ async fn reconcile(
     if st.phase.is_terminal() {
         // its tasks end with it: none may act on the VM's next migration
         let stopped = local.stop_all(&key);
+        local
+            .suspended
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
         if stopped > 0 {
             tracing::debug!(migration = %key, stopped, "background tasks stopped");
         }
@@ -926,6 +958,10 @@ fn spawn_switchover(
                 seq = seq.max(e.seq);
                 match e.kind {
                     Lifecycle::SuspendedForMigration | Lifecycle::SuspendedForPostCopy => {
+                        l.suspended
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(key.clone(), e.at_unix_ns);
                         // the guest lands on the target within the pause: end the migration
                         // as soon as it does
                         spawn_target_wait(
@@ -1012,6 +1048,7 @@ mod tests {
         let (kick, _kicked) = mpsc::unbounded();
         let local = Local {
             tasks: Arc::new(Mutex::new(Tasks::default())),
+            suspended: Arc::default(),
             kick,
         };
         let (mine, other) = (Arc::new(()), Arc::new(()));
@@ -1043,6 +1080,7 @@ mod tests {
         let (kick, _kicked) = mpsc::unbounded();
         let local = Local {
             tasks: Arc::new(Mutex::new(Tasks::default())),
+            suspended: Arc::default(),
             kick,
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();

@@ -223,6 +223,16 @@ impl Context {
     }
 }
 
+/// A crash point for the lab's fault tests: with `ROAM_FAILPOINT=<name>` in its
+/// environment the process aborts at `name` — a controller killed at an instant no signal
+/// sent from outside can hit. Unset (always, in production) it does nothing.
+pub(crate) fn failpoint(name: &str) {
+    if std::env::var("ROAM_FAILPOINT").is_ok_and(|v| v == name) {
+        eprintln!("roam-controller: failpoint {name}: aborting");
+        std::process::abort();
+    }
+}
+
 /// Per-network address counts, for the metrics endpoint.
 pub fn gauges(ctx: &Context) -> metrics::Gauges {
     let idx = ctx.index.lock().expect("index lock");
