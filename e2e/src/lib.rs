@@ -31,6 +31,24 @@ pub struct Node {
     pub libvirt: String,
 }
 
+impl Node {
+    /// Remove `port` from the node's `br-int` and delete its device (a tap, a veth end) in
+    /// the node's namespace. Best effort, for clean-ups: what is not there is fine.
+    pub fn remove_port(&self, port: &str) {
+        let db = format!("--db={}", self.ovs_db);
+        let _ = try_run(
+            "ovs-vsctl",
+            &[&db, "--if-exists", "del-port", "br-int", port],
+        );
+        let _ = try_run("ip", &["-n", &self.netns, "link", "del", port]);
+    }
+
+    /// Destroy libvirt domain `name` on this node. Best effort, for clean-ups.
+    pub fn destroy_domain(&self, name: &str) {
+        let _ = try_run("virsh", &["-c", &self.libvirt, "destroy", name]);
+    }
+}
+
 impl Lab {
     /// The running lab. Panics with instructions when it is not up.
     pub fn get() -> Lab {
@@ -947,18 +965,8 @@ impl ShimVmCleanup {
     fn clean(&self) {
         for n in ["node-a", "node-b"] {
             let node = self.lab.node(n);
-            let _ = try_run("virsh", &["-c", &node.libvirt, "destroy", &self.vm.name]);
-            let _ = try_run(
-                "ovs-vsctl",
-                &[
-                    &format!("--db={}", node.ovs_db),
-                    "--if-exists",
-                    "del-port",
-                    "br-int",
-                    &self.vm.tap,
-                ],
-            );
-            let _ = try_run("ip", &["-n", &node.netns, "link", "del", &self.vm.tap]);
+            node.destroy_domain(&self.vm.name);
+            node.remove_port(&self.vm.tap);
             let _ = std::fs::remove_file(self.vm.dir.join(format!("{n}.state.json")));
         }
     }

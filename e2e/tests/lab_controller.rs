@@ -1308,21 +1308,8 @@ impl VmCleanup {
         let tap = roam_migrator::controller::vms::tap_name(&self.key);
         for n in ["node-a", "node-b"] {
             let node = self.lab.node(n);
-            let _ = try_run(
-                "virsh",
-                &["-c", &node.libvirt, "destroy", &format!("{ns}_{vm}")],
-            );
-            let _ = try_run(
-                "ovs-vsctl",
-                &[
-                    &format!("--db={}", node.ovs_db),
-                    "--if-exists",
-                    "del-port",
-                    "br-int",
-                    &tap,
-                ],
-            );
-            let _ = try_run("ip", &["-n", &node.netns, "link", "del", &tap]);
+            node.destroy_domain(&format!("{ns}_{vm}"));
+            node.remove_port(&tap);
         }
         let _ = std::fs::remove_dir_all(&self.log_dir);
     }

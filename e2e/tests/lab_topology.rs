@@ -219,17 +219,7 @@ impl Env {
         for n in ["node-a", "node-b"] {
             let node = self.lab.node(n);
             for p in OVS_PORTS {
-                let _ = try_run(
-                    "ovs-vsctl",
-                    &[
-                        &format!("--db={}", node.ovs_db),
-                        "--if-exists",
-                        "del-port",
-                        "br-int",
-                        p,
-                    ],
-                );
-                let _ = try_run("ip", &["-n", &node.netns, "link", "del", p]);
+                node.remove_port(p);
             }
         }
         let db = format!("--db={}", self.lab.nb());

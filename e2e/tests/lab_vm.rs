@@ -43,17 +43,7 @@ impl Cleanup {
             {
                 let _ = dom.destroy();
             }
-            let _ = try_run(
-                "ovs-vsctl",
-                &[
-                    &format!("--db={}", node.ovs_db),
-                    "--if-exists",
-                    "del-port",
-                    "br-int",
-                    TAP,
-                ],
-            );
-            let _ = try_run("ip", &["-n", &node.netns, "link", "del", TAP]);
+            node.remove_port(TAP);
             let _ = try_run(
                 "ovs-vsctl",
                 &[

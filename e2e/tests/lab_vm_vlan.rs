@@ -21,8 +21,13 @@
 
 use std::time::{Duration, Instant};
 
+mod migration_fixture;
+
+use migration_fixture::{
+    apply_crds, create, delete_namespace, events_in, get, kubectl, try_kubectl,
+};
 use roam_e2e::{
-    ControllerProcess, Lab, Pinger, TestNetns, VlanTor, plug_netns, run, try_run, wait_until,
+    ControllerProcess, Lab, Pinger, TestNetns, VlanTor, plug_netns, try_run, wait_until,
 };
 use serde_json::{Value, json};
 
@@ -39,33 +44,6 @@ const TOR151: &str = "198.18.151.1";
 const OVL_GW: &str = "100.153.0.1";
 const LONG: Duration = Duration::from_secs(150);
 
-fn kubectl(lab: &Lab, args: &[&str]) -> String {
-    let mut all = vec!["--kubeconfig", lab.kubeconfig()];
-    all.extend_from_slice(args);
-    run(lab.kubectl(), &all)
-}
-
-fn try_kubectl(lab: &Lab, args: &[&str]) -> Result<String, String> {
-    let mut all = vec!["--kubeconfig", lab.kubeconfig()];
-    all.extend_from_slice(args);
-    try_run(lab.kubectl(), &all)
-}
-
-fn get(lab: &Lab, args: &[&str]) -> Option<Value> {
-    let mut all = args.to_vec();
-    all.extend_from_slice(&["-o", "json"]);
-    serde_json::from_str(&try_kubectl(lab, &all).ok()?).ok()
-}
-
-fn create(lab: &Lab, objects: &[Value]) {
-    let file = lab.dir().join(format!("v8-{}.json", std::process::id()));
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
-    std::fs::write(&file, list.to_string()).expect("write manifest");
-    let r = try_kubectl(lab, &["create", "-f", file.to_str().unwrap()]);
-    let _ = std::fs::remove_file(&file);
-    r.unwrap_or_else(|e| panic!("kubectl create: {e}"));
-}
-
 fn log_dir(lab: &Lab) -> std::path::PathBuf {
     lab.dir().join("v8-vms")
 }
@@ -81,20 +59,7 @@ fn vm(lab: &Lab, name: &str) -> Value {
 }
 
 fn events_of(lab: &Lab, name: &str) -> String {
-    try_kubectl(
-        lab,
-        &[
-            "-n",
-            NS,
-            "get",
-            "events",
-            "--field-selector",
-            &format!("involvedObject.name={name}"),
-            "-o",
-            "custom-columns=T:.type,R:.reason,M:.message,N:.note",
-        ],
-    )
-    .unwrap_or_default()
+    events_in(lab, NS, name)
 }
 
 fn lsp_options(lab: &Lab, lsp: &str) -> String {
@@ -122,28 +87,7 @@ impl Objects {
     fn new(lab: &Lab) -> Objects {
         let o = Objects { lab: lab.clone() };
         o.clean();
-        let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds");
-        kubectl(
-            lab,
-            &["apply", "--server-side", "--force-conflicts", "-f", crds],
-        );
-        for crd in [
-            "virtualmachines.roam.dev",
-            "virtualmachinemigrations.roam.dev",
-            "networks.roam.dev",
-            "addresses.roam.dev",
-        ] {
-            kubectl(
-                lab,
-                &[
-                    "wait",
-                    "--for=condition=Established",
-                    "--timeout=60s",
-                    "crd",
-                    crd,
-                ],
-            );
-        }
+        apply_crds(lab);
         kubectl(lab, &["create", "namespace", NS]);
         std::fs::create_dir_all(log_dir(lab)).expect("log dir");
         o
@@ -151,34 +95,7 @@ impl Objects {
 
     fn clean(&self) {
         let lab = &self.lab;
-        if try_kubectl(lab, &["get", "namespace", NS]).is_ok() {
-            if let Some(list) = get(lab, &["-n", NS, "get", "vmim"]) {
-                for m in list["items"].as_array().cloned().unwrap_or_default() {
-                    let name = m["metadata"]["name"].as_str().unwrap_or_default();
-                    let _ = try_kubectl(
-                        lab,
-                        &[
-                            "-n",
-                            NS,
-                            "patch",
-                            "vmim",
-                            name,
-                            "--type=merge",
-                            "-p",
-                            r#"{"metadata":{"finalizers":null}}"#,
-                        ],
-                    );
-                }
-            }
-            let _ = try_kubectl(
-                lab,
-                &["-n", NS, "delete", "vm,vmim,pods", "--all", "--wait=false"],
-            );
-            let _ = try_kubectl(
-                lab,
-                &["delete", "namespace", NS, "--wait=true", "--timeout=120s"],
-            );
-        }
+        delete_namespace(lab, NS);
         for net in [OVL, V150, V151] {
             let _ = try_kubectl(lab, &["delete", "network", net, "--ignore-not-found"]);
             let _ = try_kubectl(
@@ -198,22 +115,9 @@ impl Objects {
                 // a launcher killed without its shim's shutdown leaves taps and OVS ports
                 for i in 0..2 {
                     let tap = roam_migrator::core::vm::nic_tap(&key, i);
-                    let _ = try_run(
-                        "ovs-vsctl",
-                        &[
-                            &format!("--db={}", node.ovs_db),
-                            "--if-exists",
-                            "del-port",
-                            "br-int",
-                            &tap,
-                        ],
-                    );
-                    let _ = try_run("ip", &["-n", &node.netns, "link", "del", &tap]);
+                    node.remove_port(&tap);
                 }
-                let _ = try_run(
-                    "virsh",
-                    &["-c", &node.libvirt, "destroy", &format!("{NS}_{name}")],
-                );
+                node.destroy_domain(&format!("{NS}_{name}"));
             }
         }
         // the overlay client's OVS port (its device goes with its namespace, the port does not)

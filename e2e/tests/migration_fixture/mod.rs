@@ -77,8 +77,13 @@ pub fn get(lab: &Lab, args: &[&str]) -> Option<Value> {
     serde_json::from_str(&try_kubectl(lab, &all).ok()?).ok()
 }
 
+/// `kubectl create` of `objects` (one List manifest).
 pub fn create(lab: &Lab, objects: &[Value]) {
-    let file = lab.dir().join(format!("h8-{}.json", std::process::id()));
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let file = lab
+        .dir()
+        .join(format!("manifest-{}-{n}.json", std::process::id()));
     let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
     std::fs::write(&file, list.to_string()).expect("write manifest");
     let r = try_kubectl(lab, &["create", "-f", file.to_str().unwrap()]);
@@ -96,6 +101,66 @@ pub fn serial(lab: &Lab, n: &Names) -> String {
         .unwrap_or_default()
 }
 
+/// Apply roam's CRDs (`deploy/crds`) and wait until the API server serves them.
+pub fn apply_crds(lab: &Lab) {
+    let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds");
+    kubectl(
+        lab,
+        &["apply", "--server-side", "--force-conflicts", "-f", crds],
+    );
+    for crd in [
+        "virtualmachines.roam.dev",
+        "virtualmachinemigrations.roam.dev",
+        "networks.roam.dev",
+        "addresses.roam.dev",
+    ] {
+        kubectl(
+            lab,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd",
+                crd,
+            ],
+        );
+    }
+}
+
+/// Delete namespace `ns` and all in it, waiting until it is gone. The migrations'
+/// finalizers are dropped first: no controller may be running to honour them.
+pub fn delete_namespace(lab: &Lab, ns: &str) {
+    if try_kubectl(lab, &["get", "namespace", ns]).is_err() {
+        return;
+    }
+    if let Some(list) = get(lab, &["-n", ns, "get", "vmim"]) {
+        for m in list["items"].as_array().cloned().unwrap_or_default() {
+            let name = m["metadata"]["name"].as_str().unwrap_or_default();
+            let _ = try_kubectl(
+                lab,
+                &[
+                    "-n",
+                    ns,
+                    "patch",
+                    "vmim",
+                    name,
+                    "--type=merge",
+                    "-p",
+                    r#"{"metadata":{"finalizers":null}}"#,
+                ],
+            );
+        }
+    }
+    let _ = try_kubectl(
+        lab,
+        &["-n", ns, "delete", "vm,vmim,pods", "--all", "--wait=false"],
+    );
+    let _ = try_kubectl(
+        lab,
+        &["delete", "namespace", ns, "--wait=true", "--timeout=120s"],
+    );
+}
+
 /// Everything the test creates: the namespace (VMs, migrations — finalizers dropped —, pods,
 /// Secrets), the Network and its Addresses, its OVN rows, the domain on both nodes.
 pub struct Fixture {
@@ -110,26 +175,7 @@ impl Fixture {
             n: *n,
         };
         f.clean();
-        let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds");
-        kubectl(
-            lab,
-            &["apply", "--server-side", "--force-conflicts", "-f", crds],
-        );
-        for crd in [
-            "virtualmachines.roam.dev",
-            "virtualmachinemigrations.roam.dev",
-        ] {
-            kubectl(
-                lab,
-                &[
-                    "wait",
-                    "--for=condition=Established",
-                    "--timeout=60s",
-                    "crd",
-                    crd,
-                ],
-            );
-        }
+        apply_crds(lab);
         kubectl(lab, &["create", "namespace", n.ns]);
         std::fs::create_dir_all(log_dir(lab, n)).expect("log dir");
         f
@@ -140,34 +186,7 @@ impl Fixture {
         let Names {
             ns, net, vm: vmn, ..
         } = self.n;
-        if try_kubectl(lab, &["get", "namespace", ns]).is_ok() {
-            if let Some(list) = get(lab, &["-n", ns, "get", "vmim"]) {
-                for m in list["items"].as_array().cloned().unwrap_or_default() {
-                    let name = m["metadata"]["name"].as_str().unwrap_or_default();
-                    let _ = try_kubectl(
-                        lab,
-                        &[
-                            "-n",
-                            ns,
-                            "patch",
-                            "vmim",
-                            name,
-                            "--type=merge",
-                            "-p",
-                            r#"{"metadata":{"finalizers":null}}"#,
-                        ],
-                    );
-                }
-            }
-            let _ = try_kubectl(
-                lab,
-                &["-n", ns, "delete", "vm,vmim,pods", "--all", "--wait=false"],
-            );
-            let _ = try_kubectl(
-                lab,
-                &["delete", "namespace", ns, "--wait=true", "--timeout=120s"],
-            );
-        }
+        delete_namespace(lab, ns);
         let _ = try_kubectl(lab, &["delete", "network", net, "--ignore-not-found"]);
         let _ = try_kubectl(
             lab,
@@ -182,26 +201,8 @@ impl Fixture {
         for n in ["node-a", "node-b"] {
             // a launcher killed without its shim's shutdown leaves the tap and its OVS port
             let node = lab.node(n);
-            let _ = try_run(
-                "ovs-vsctl",
-                &[
-                    &format!("--db={}", node.ovs_db),
-                    "--if-exists",
-                    "del-port",
-                    "br-int",
-                    &tap,
-                ],
-            );
-            let _ = try_run("ip", &["-n", &node.netns, "link", "del", &tap]);
-            let _ = try_run(
-                "virsh",
-                &[
-                    "-c",
-                    &lab.node(n).libvirt,
-                    "destroy",
-                    &format!("{ns}_{vmn}"),
-                ],
-            );
+            node.remove_port(&tap);
+            lab.node(n).destroy_domain(&format!("{ns}_{vmn}"));
         }
         let _ = std::fs::remove_dir_all(log_dir(lab, &self.n));
     }
@@ -233,18 +234,24 @@ pub fn migrations(lab: &Lab, n: &Names) -> Vec<Value> {
     .unwrap_or_default()
 }
 
+/// The Events about object `name` in the fixture's namespace (type, reason, message, note).
 pub fn events_of(lab: &Lab, n: &Names, name: &str) -> String {
+    events_in(lab, n.ns, name)
+}
+
+/// The Events about object `name` in namespace `ns` (type, reason, message, note).
+pub fn events_in(lab: &Lab, ns: &str, name: &str) -> String {
     try_kubectl(
         lab,
         &[
             "-n",
-            n.ns,
+            ns,
             "get",
             "events",
             "--field-selector",
             &format!("involvedObject.name={name}"),
             "-o",
-            "custom-columns=R:.reason,M:.message,N:.note",
+            "custom-columns=T:.type,R:.reason,M:.message,N:.note",
         ],
     )
     .unwrap_or_default()
