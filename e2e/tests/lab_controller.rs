@@ -1354,8 +1354,11 @@ fn events_about(lab: &Lab, ns: &str, name: &str) -> Vec<(String, String, String)
 /// other credential) with leader election on, and everything it does works: the Lease, the
 /// warm pool, the Network's status, a pod's claim and annotation, a bad pod's Warning Event,
 /// a soft delete and its Event about the (cluster-scoped) Address stored in the pod's
-/// namespace, a VirtualMachine booted (token Secret, launcher pod, status, Events). Any request the API server refuses (a verb missing from the ClusterRole) fails
-/// the test: the controller logs no "forbidden" and every Event it sent was stored.
+/// namespace, a VirtualMachine booted (token Secret, launcher pod, status, Events) and
+/// live-migrated by annotation (VirtualMachineMigration, finalizer, status, target pod
+/// created, source pod deleted). Any request the API server refuses (a verb missing from the
+/// ClusterRole) fails the test: the controller logs no "forbidden" and every Event it sent
+/// was stored.
 #[test]
 fn controller_runs_under_its_least_privilege_service_account() {
     let lab = Lab::get();
@@ -1400,6 +1403,10 @@ fn controller_runs_under_its_least_privilege_service_account() {
             "poolSizePerNode": 2, "refillPeriodSeconds": 2, "mtu": 1400}),
         )],
     );
+    let peer_libvirt = format!(
+        "qemu+unix:///system?socket={}/{{node}}/fs_run/libvirt/libvirt-sock",
+        lab.dir().display()
+    );
     let ctl = ControllerProcess::start(
         &lab,
         sa,
@@ -1427,6 +1434,8 @@ fn controller_runs_under_its_least_privilege_service_account() {
             vm_logs.to_str().unwrap(),
             "--launcher-priority-class",
             "system-node-critical",
+            "--peer-libvirt-uri",
+            &peer_libvirt,
         ],
     );
     let fail = |what: &str| -> ! {
@@ -1588,6 +1597,52 @@ fn controller_runs_under_its_least_privilege_service_account() {
             .any(|(_, r, _)| r == "LauncherCreated")
             .then_some(())
     });
+
+    // and it migrates: a VirtualMachineMigration from the annotation, its finalizer and
+    // status, the target launcher pod created and the source one deleted, the VM's status
+    kubectl(
+        &lab,
+        &[
+            "-n",
+            ns,
+            "annotate",
+            "vm",
+            "vm1",
+            "roam.dev/migrate-to=node-b",
+        ],
+    );
+    let deadline = std::time::Instant::now() + LONG;
+    let status = loop {
+        let v = get_json(&lab, &["-n", ns, "get", "vm", "vm1"]);
+        if v["status"]["node"] == "node-b" && v["status"]["phase"] == "Running" {
+            break v["status"].clone();
+        }
+        if std::time::Instant::now() > deadline {
+            fail(&format!(
+                "the VM did not migrate to node-b: {}",
+                v["status"]
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let vmims = get_json(&lab, &["-n", ns, "get", "vmim"]);
+    let m = &vmims["items"][0];
+    assert_eq!(m["status"]["phase"], "Succeeded", "{vmims}");
+    wait_until(LONG, "the source launcher pod gone", || {
+        try_kubectl(
+            &lab,
+            &[
+                "-n",
+                ns,
+                "get",
+                "pod",
+                launcher["metadata"]["name"].as_str()?,
+            ],
+        )
+        .is_err()
+        .then_some(())
+    });
+    assert_ne!(status["pod"], launcher["metadata"]["name"], "{status}");
 
     // nothing was refused: no 403 in the log, every Event stored
     let log = ctl.log_text();
