@@ -12,7 +12,8 @@
 //!    (`ROAM_BENCH_ADDRESSES`) (target ≤ 150 MB).
 //!
 //! The controller binary is the debug build unless `ROAM_CONTROLLER_BIN` names another;
-//! `ROAM_BENCH_CONCURRENCY` sets its `--concurrency` (its default otherwise);
+//! `ROAM_BENCH_CONCURRENCY` sets its `--concurrency` (its default otherwise), `ROAM_CLAIMS_IN_FLIGHT`
+//! (inherited) its `--claims-in-flight`;
 //! `ROAM_BENCH_ADDRESSES=0` skips part 2.
 //! Figures are printed; nothing is asserted (the machine is shared and noisy).
 

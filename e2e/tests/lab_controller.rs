@@ -936,6 +936,9 @@ fn two_controllers_racing_1000_claims_hand_out_no_ip_twice() {
         ns,
         "--node-selector",
         "roam.dev/test=h5-fake",
+        // every reconcile claims at once (the default keeps 2 in flight): the most races
+        "--claims-in-flight",
+        "0",
     ];
     let c1 = ControllerProcess::start(&lab, "h5-race-c1", 18030, &args);
     let c2 = ControllerProcess::start(&lab, "h5-race-c2", 18031, &args);

@@ -7,7 +7,8 @@
 //!                 [--lease-namespace NS] [--lease-name NAME] [--identity ID]
 //!                 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS]
 //!                 [--event-namespace NS (Events about Networks and pod-less Addresses; default)]
-//!                 [--concurrency N] [--ovn-debounce-ms MS] [--sweep-period-ms MS]
+//!                 [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS]
+//!                 [--sweep-period-ms MS]
 //! ```
 //!
 //! Every flag also reads an environment variable (`ROAM_` + the flag in upper snake case,
@@ -33,6 +34,7 @@ struct Flags {
     pod_namespace: Option<String>,
     event_namespace: String,
     concurrency: u16,
+    claims_in_flight: usize,
     ovn_debounce_ms: u64,
     sweep_period_ms: u64,
     launcher_image: String,
@@ -44,7 +46,7 @@ struct Flags {
 
 const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] [--metrics-addr ADDR|off] \
 [--leader-elect true|false] [--lease-namespace NS] [--lease-name NAME] [--identity ID] \
-[--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--event-namespace NS] [--concurrency N] [--ovn-debounce-ms MS] \
+[--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--event-namespace NS] [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS] \
 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI] \
 [--peer-libvirt-uri TEMPLATE({node},{ip})] [--vm-log-dir DIR] [--launcher-priority-class NAME] | --version";
 
@@ -93,6 +95,7 @@ fn parse() -> anyhow::Result<Flags> {
         "pod-namespace",
         "event-namespace",
         "concurrency",
+        "claims-in-flight",
         "ovn-debounce-ms",
         "sweep-period-ms",
         "launcher-image",
@@ -138,6 +141,7 @@ fn parse() -> anyhow::Result<Flags> {
         pod_namespace: get("pod-namespace"),
         event_namespace: get("event-namespace").unwrap_or_else(|| "default".into()),
         concurrency: num("concurrency", 32)?.clamp(1, 1024) as u16,
+        claims_in_flight: num("claims-in-flight", 2)? as usize,
         ovn_debounce_ms: num("ovn-debounce-ms", 20)?,
         sweep_period_ms: num("sweep-period-ms", 2000)?.max(100),
         launcher_image: get("launcher-image")
@@ -213,6 +217,7 @@ async fn main() -> anyhow::Result<()> {
         pod_namespace: flags.pod_namespace.clone(),
         event_namespace: flags.event_namespace.clone(),
         concurrency: flags.concurrency,
+        claims_in_flight: flags.claims_in_flight,
         ovn_debounce: Duration::from_millis(flags.ovn_debounce_ms),
         sweep_period: Duration::from_millis(flags.sweep_period_ms),
         identity: flags.identity.clone(),

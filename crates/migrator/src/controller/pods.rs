@@ -306,6 +306,11 @@ async fn claim_pipelined(
 ) -> Result<(Arc<Address>, Option<u64>)> {
     let api: Api<Address> = Api::all(ctx.client.clone());
     let mut skip: BTreeSet<Ipv4Addr> = BTreeSet::new();
+    // at most `claims_in_flight` claims are decided and written at once (see Config)
+    let _gate = match &ctx.claim_gate {
+        Some(g) => Some(g.acquire().await.expect("the claim gate is never closed")),
+        None => None,
+    };
     for _ in 0..32 {
         let started = Instant::now();
         let (step, current, _held) = {
