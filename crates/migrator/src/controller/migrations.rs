@@ -779,7 +779,8 @@ async fn reconcile(
             // published before the phase is written: a controller killed in between
             // decides (and tells) again, where one killed after the write would never tell
             for r in [m.object_ref(&()), vm.object_ref(&())] {
-                publish_now(&ctx, r, warn, &reason, note.clone()).await;
+                ctx.event_now(r, warn, &reason, "Migrate", note.clone())
+                    .await;
             }
         } else {
             ctx.event(m.object_ref(&()), warn, &reason, "Migrate", note.clone());
@@ -858,31 +859,6 @@ fn spawn_target_wait(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     });
-}
-
-/// Publish an Event and wait for the answer (a failure is logged, not returned).
-async fn publish_now(
-    ctx: &Context,
-    r: k8s_openapi::api::core::v1::ObjectReference,
-    warning: bool,
-    reason: &str,
-    note: String,
-) {
-    use kube::runtime::events::{Event, EventType};
-    let ev = Event {
-        type_: if warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: reason.into(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Migrate".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, &r).await {
-        tracing::debug!(error = %e, "cannot publish an Event");
-    }
 }
 
 async fn finish_invalid(

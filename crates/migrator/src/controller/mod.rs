@@ -188,29 +188,24 @@ impl Context {
                     name: Some(name.into()),
                     ..Default::default()
                 });
-        let recorder = self.recorder.clone();
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.into(),
-            note: Some(note.chars().take(1000).collect()),
-            action: action.into(),
-            secondary,
-        };
-        let metrics = self.metrics.clone();
-        tokio::spawn(async move {
-            match recorder.publish(&ev, &reference).await {
-                Ok(()) => metrics.count("k8s_events", "published"),
-                Err(e) => {
-                    // visible: a missing RBAC verb or a refused Event must not go unnoticed
-                    tracing::warn!(error = %e, reason = %ev.reason, regarding = ?reference.name, "cannot publish an Event");
-                    metrics.count("k8s_events", "failed");
-                }
-            }
-        });
+        let ev = new_event(warning, reason, action, note, secondary);
+        let (recorder, metrics) = (self.recorder.clone(), self.metrics.clone());
+        tokio::spawn(async move { publish(&recorder, &metrics, &ev, &reference).await });
+    }
+
+    /// Publish an Event about the namespaced object `reference` and wait for the answer (a
+    /// failure is logged and counted, not returned): for an Event that must be stored before
+    /// the write that follows it.
+    pub(crate) async fn event_now(
+        &self,
+        reference: ObjectReference,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let ev = new_event(warning, reason, action, note, None);
+        publish(&self.recorder, &self.metrics, &ev, &reference).await;
     }
 
     /// Record that a claim was written now.
@@ -228,6 +223,37 @@ impl Context {
 
     pub(crate) fn pod_store(&self) -> Option<Store<Pod>> {
         self.pods.lock().expect("pods lock").clone()
+    }
+}
+
+fn new_event(
+    warning: bool,
+    reason: &str,
+    action: &str,
+    note: String,
+    secondary: Option<ObjectReference>,
+) -> Event {
+    Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: action.into(),
+        secondary,
+    }
+}
+
+async fn publish(recorder: &Recorder, metrics: &Metrics, ev: &Event, reference: &ObjectReference) {
+    match recorder.publish(ev, reference).await {
+        Ok(()) => metrics.count("k8s_events", "published"),
+        Err(e) => {
+            // visible: a missing RBAC verb or a refused Event must not go unnoticed
+            tracing::warn!(error = %e, reason = %ev.reason, regarding = ?reference.name, "cannot publish an Event");
+            metrics.count("k8s_events", "failed");
+        }
     }
 }
 
