@@ -482,7 +482,7 @@ pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
                    "metadata": {"name": vmn, "namespace": ns},
                    "spec": {"cpu": 1, "memoryMiB": 256, "node": "node-a",
                             "boot": {"kernel": {"kernel": kernel, "initrd": initrd,
-                                                "cmdline": "console=ttyS0 quiet panic=-1"}}}}),
+                                                "cmdline": "console=ttyS0 loglevel=5 panic=-1"}}}}),
         ],
     );
     let status = wait_until(LONG, "the VM Running on node-a", || {

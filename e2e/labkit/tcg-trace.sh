@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Trace TCG's translation on a lab node: QEMU's translated-block count for DOMAIN, sampled as
+# fast as `virsh qemu-monitor-command` answers (~every 30 ms) for SECONDS, one line each:
+# "<unix time> <TB count>". Run it on a migration's target node while a migration lands (or
+# around a `virsh restore`) to see a new QEMU translate the guest's code again after it
+# resumes — the guest's warm-up that a warm QEMU does not have.
+#
+#   e2e/labkit/tcg-trace.sh node-b h8-mig_h8vm 10 > trace.txt
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+[ $# = 3 ] || die "usage: $0 NODE DOMAIN SECONDS"
+node=$1 domain=$2 seconds=$3
+uri="qemu+unix:///system?socket=$(bind_src "$node" /run)/libvirt/libvirt-sock"
+end=$((SECONDS + seconds))
+while [ $SECONDS -lt $end ]; do
+  out=$(virsh -c "$uri" qemu-monitor-command --hmp "$domain" 'info jit' 2>/dev/null || true)
+  count=$(echo "$out" | sed -n 's/^TB count *\([0-9]*\).*/\1/p')
+  [ -n "$count" ] && echo "$(date +%s.%N) $count"
+done
