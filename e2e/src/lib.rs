@@ -165,6 +165,46 @@ pub fn run(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Run the lab's kubectl against the lab's API server; panics with kubectl's stderr.
+pub fn kubectl(lab: &Lab, args: &[&str]) -> String {
+    let mut all = vec!["--kubeconfig", lab.kubeconfig()];
+    all.extend_from_slice(args);
+    run(lab.kubectl(), &all)
+}
+
+/// Run the lab's kubectl against the lab's API server; `Ok(stdout)` or `Err(stderr)`.
+pub fn try_kubectl(lab: &Lab, args: &[&str]) -> Result<String, String> {
+    let mut all = vec!["--kubeconfig", lab.kubeconfig()];
+    all.extend_from_slice(args);
+    try_run(lab.kubectl(), &all)
+}
+
+/// Apply roam's CRDs (`deploy/crds`) and wait until the API server serves every one of them.
+pub fn apply_crds(lab: &Lab) {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds");
+    kubectl(
+        lab,
+        &["apply", "--server-side", "--force-conflicts", "-f", dir],
+    );
+    for crd in [
+        "virtualmachines.roam.dev",
+        "virtualmachinemigrations.roam.dev",
+        "networks.roam.dev",
+        "addresses.roam.dev",
+    ] {
+        kubectl(
+            lab,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd",
+                crd,
+            ],
+        );
+    }
+}
+
 /// Run a program; `Ok(stdout)` or `Err(stderr)`.
 pub fn try_run(program: &str, args: &[&str]) -> Result<String, String> {
     let out = Command::new(program)

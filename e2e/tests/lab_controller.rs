@@ -10,23 +10,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use roam_e2e::{
-    ControllerProcess, Lab, LabNetwork, TestNetns, nbctl, plug_netns, run, try_run, wait_until,
+    ControllerProcess, Lab, LabNetwork, TestNetns, apply_crds, kubectl, nbctl, plug_netns,
+    try_kubectl, try_run, wait_until,
 };
 use serde_json::{Value, json};
 
 const LONG: Duration = Duration::from_secs(90);
-
-fn kubectl(lab: &Lab, args: &[&str]) -> String {
-    let mut all = vec!["--kubeconfig", lab.kubeconfig()];
-    all.extend_from_slice(args);
-    run(lab.kubectl(), &all)
-}
-
-fn try_kubectl(lab: &Lab, args: &[&str]) -> Result<String, String> {
-    let mut all = vec!["--kubeconfig", lab.kubeconfig()];
-    all.extend_from_slice(args);
-    try_run(lab.kubectl(), &all)
-}
 
 fn get_json(lab: &Lab, args: &[&str]) -> Value {
     let mut all = args.to_vec();
@@ -60,26 +49,6 @@ fn rand_suffix() -> u64 {
     h.finish()
 }
 
-fn install_crds(lab: &Lab) {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds");
-    kubectl(
-        lab,
-        &["apply", "--server-side", "--force-conflicts", "-f", dir],
-    );
-    for crd in ["networks.roam.dev", "addresses.roam.dev"] {
-        kubectl(
-            lab,
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd",
-                crd,
-            ],
-        );
-    }
-}
-
 /// Everything a test creates in Kubernetes, removed when dropped (also after a failure):
 /// pods (forced: some sit on fake nodes without a kubelet), the namespace, the Networks, their
 /// Addresses, fake Nodes.
@@ -99,7 +68,7 @@ impl KubeFixture {
             fake_nodes: fake_nodes.iter().map(|s| s.to_string()).collect(),
         };
         f.clean();
-        install_crds(lab);
+        apply_crds(lab);
         kubectl(lab, &["create", "namespace", namespace]);
         for n in fake_nodes {
             // a Node object only (no kubelet): pods bound to it are never run

@@ -7,9 +7,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use roam_e2e::{
-    ControllerProcess, Lab, LabNetwork, TestNetns, plug_netns, run, try_run, wait_until,
-};
+use roam_e2e::{ControllerProcess, Lab, LabNetwork, TestNetns, plug_netns, wait_until};
+pub use roam_e2e::{apply_crds, kubectl, try_kubectl};
 use serde_json::{Value, json};
 
 /// The names and address blocks of one fixture, so that several can share the lab.
@@ -59,18 +58,6 @@ pub const NS: &str = H8.ns;
 pub const VM: &str = H8.vm;
 pub const LONG: Duration = Duration::from_secs(120);
 
-pub fn kubectl(lab: &Lab, args: &[&str]) -> String {
-    let mut all = vec!["--kubeconfig", lab.kubeconfig()];
-    all.extend_from_slice(args);
-    run(lab.kubectl(), &all)
-}
-
-pub fn try_kubectl(lab: &Lab, args: &[&str]) -> Result<String, String> {
-    let mut all = vec!["--kubeconfig", lab.kubeconfig()];
-    all.extend_from_slice(args);
-    try_run(lab.kubectl(), &all)
-}
-
 pub fn get(lab: &Lab, args: &[&str]) -> Option<Value> {
     let mut all = args.to_vec();
     all.extend_from_slice(&["-o", "json"]);
@@ -99,32 +86,6 @@ pub fn serial(lab: &Lab, n: &Names) -> String {
     std::fs::read(log_dir(lab, n).join(format!("{}_{}.serial.log", n.ns, n.vm)))
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default()
-}
-
-/// Apply roam's CRDs (`deploy/crds`) and wait until the API server serves them.
-pub fn apply_crds(lab: &Lab) {
-    let crds = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds");
-    kubectl(
-        lab,
-        &["apply", "--server-side", "--force-conflicts", "-f", crds],
-    );
-    for crd in [
-        "virtualmachines.roam.dev",
-        "virtualmachinemigrations.roam.dev",
-        "networks.roam.dev",
-        "addresses.roam.dev",
-    ] {
-        kubectl(
-            lab,
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd",
-                crd,
-            ],
-        );
-    }
 }
 
 /// Delete namespace `ns` and all in it, waiting until it is gone. The migrations'
