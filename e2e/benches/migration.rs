@@ -159,34 +159,32 @@ impl Capture {
         }
         let mut threads = vec![];
         for (id, (command, parse)) in sources {
-            {
-                let (stop, seen, pids, domain) =
-                    (stop.clone(), seen.clone(), pids.clone(), domain.to_string());
-                threads.push(std::thread::spawn(move || {
-                    while !stop.load(Ordering::SeqCst) {
-                        let Some(mut cmd) = command() else {
-                            std::thread::sleep(Duration::from_millis(20));
-                            continue;
-                        };
-                        let Ok(mut child) = cmd
-                            .stdout(std::process::Stdio::piped())
-                            .stderr(std::process::Stdio::null())
-                            .spawn()
-                        else {
-                            return;
-                        };
-                        pids.lock().unwrap().push(child.id());
-                        let out = std::io::BufReader::new(child.stdout.take().unwrap());
-                        for line in out.lines().map_while(Result::ok) {
-                            if let Some((t, kind)) = parse(&line, &domain) {
-                                seen.lock().unwrap().push((id, t, kind));
-                            }
-                        }
-                        let _ = child.wait();
+            let (stop, seen, pids, domain) =
+                (stop.clone(), seen.clone(), pids.clone(), domain.to_string());
+            threads.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let Some(mut cmd) = command() else {
                         std::thread::sleep(Duration::from_millis(20));
+                        continue;
+                    };
+                    let Ok(mut child) = cmd
+                        .stdout(std::process::Stdio::piped())
+                        .stderr(std::process::Stdio::null())
+                        .spawn()
+                    else {
+                        return;
+                    };
+                    pids.lock().unwrap().push(child.id());
+                    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+                    for line in out.lines().map_while(Result::ok) {
+                        if let Some((t, kind)) = parse(&line, &domain) {
+                            seen.lock().unwrap().push((id, t, kind));
+                        }
                     }
-                }));
-            }
+                    let _ = child.wait();
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }));
         }
         Capture {
             stop,
@@ -364,17 +362,16 @@ async fn migrate_timed(client: &kube::Client, to: &str) -> (Value, Duration) {
 /// interrupts), and the virtio-net device's status and queues (0 RX, 1 TX: are buffers
 /// available, has the device signalled what it used).
 fn probe(uri: &str, domain: &str) -> String {
-    let hmp = |cmd: &str| {
-        roam_e2e::try_run(
-            "virsh",
-            &["-c", uri, "qemu-monitor-command", "--hmp", domain, cmd],
-        )
-        .unwrap_or_else(|e| e)
+    // bounded: a QEMU whose main loop is stuck does not answer its monitor either (then the
+    // probe says so instead of hanging the bench)
+    let monitor = |args: &[&str]| {
+        let mut all = vec!["5", "virsh", "-c", uri, "qemu-monitor-command"];
+        all.extend_from_slice(args);
+        roam_e2e::try_run("timeout", &all)
+            .unwrap_or_else(|e| format!("(no answer in 5 s, or an error: {e})"))
     };
-    let qmp = |cmd: &str| {
-        roam_e2e::try_run("virsh", &["-c", uri, "qemu-monitor-command", domain, cmd])
-            .unwrap_or_else(|e| e)
-    };
+    let hmp = |cmd: &str| monitor(&["--hmp", domain, cmd]);
+    let qmp = |cmd: &str| monitor(&[domain, cmd]);
     let nic = "/machine/peripheral/net0/virtio-backend";
     let mut out = String::new();
     out += &hmp("info status");
