@@ -279,6 +279,12 @@ impl Capture {
     }
 }
 
+/// One part of a pause for a table cell (`?` when the capture did not see the pause).
+fn part(seen: Option<Pause>, f: fn(&Pause) -> f64) -> String {
+    seen.map(|p| format!("{:.0}ms", f(&p)))
+        .unwrap_or_else(|| "?".into())
+}
+
 /// One pause of the guest, from the taps and QEMU's events (ms): the guest's last reply →
 /// QEMU stops it (`before`), stopped → resumed (`paused`), resumed → the guest's first reply
 /// (`after`); the three add up to the blackout as the taps see it. `reached`: the guest's
@@ -458,17 +464,13 @@ fn control(
         if let Some(p) = seen {
             afters.push(p.after);
         }
-        let ms = |f: fn(&Pause) -> f64| {
-            seen.map(|p| format!("{:.0}ms", f(&p)))
-                .unwrap_or_else(|| "?".into())
-        };
         println!(
             "{:>3} {:>10.1}ms {:>9} {:>8} {:>8}",
             i + 1,
             gap.as_secs_f64() * 1000.0,
-            ms(|p| p.paused),
-            ms(|p| p.before),
-            ms(|p| p.after),
+            part(seen, |p| p.paused),
+            part(seen, |p| p.before),
+            part(seen, |p| p.after),
         );
     }
     afters
@@ -585,10 +587,6 @@ fn main() {
         ratios.push(ratio);
         overheads.push(overhead);
         survived += ok as usize;
-        let ms = |f: fn(&Pause) -> f64| {
-            seen.map(|p| format!("{:.0}ms", f(&p)))
-                .unwrap_or_else(|| "?".into())
-        };
         println!(
             "{:>3} {:>13} {:>8}ms {:>10.1}ms {:>6.2} {:>7}ms {:>6.2} {:>9} {:>8} {:>8} {:>10} {:>13} {:>10}ms {:>9}ms  {}",
             i + 1,
@@ -598,10 +596,10 @@ fn main() {
             ratio,
             pause,
             pause_ratio,
-            ms(|p| p.paused),
-            ms(|p| p.before),
-            ms(|p| p.after),
-            ms(|p| p.reached),
+            part(seen, |p| p.paused),
+            part(seen, |p| p.before),
+            part(seen, |p| p.after),
+            part(seen, |p| p.reached),
             if ok { "survived" } else { "BROKEN" },
             st["switchoverMs"].as_u64().map(|v| v as i64).unwrap_or(-1),
             overhead,
@@ -684,7 +682,7 @@ fn main() {
     let (rm_, rmin, rmax) = spread(&ratios);
     let (pm, _, pmax) = spread(&pause_ratios);
     let (om, _, omax) = spread(&overheads.iter().map(|&o| o as f64).collect::<Vec<_>>());
-    let (r0, r1) = (spread(&readies).1, spread(&readies).2);
+    let (_, r0, r1) = spread(&readies);
     let (lm, l0, l1) = spread(&leads);
     let network_first = leads.iter().filter(|&&l| l > 0.0).count();
     // What the network allows: the guest reachable on the target (the later of the network
