@@ -5,8 +5,11 @@
 //! the network blackout (the longest gap between two ping replies), their ratio, the
 //! guest's pause as the shims saw it (`status.pauseMs`) and the blackout over it, whether the
 //! TCP stream survived (every byte echoed, no reset), the route switchover (pause event →
-//! Address write), and annotate→Succeeded minus libvirt's job time (the controller's
-//! overhead). Targets (issue 8): ratio ≤ 1.3, every stream survives, overhead ≤ 2 s.
+//! the flip committed in OVN) and the chassis' catching up (→ every chassis reports it), and
+//! annotate→Succeeded minus libvirt's job time (the controller's overhead); a guest that
+//! rebooted (its init's marker twice in its serial log) is flagged. Targets (issue 8): ratio ≤ 1.3, every stream survives, overhead ≤ 2 s.
+//! Where the time goes: the median of each phase step (annotation → the first phase, then
+//! phase → phase, from `status.phaseTransitions`), and the steps of every run over 2 s.
 //!
 //! Where the blackout goes: tcpdump on the VM's tap on both nodes and QEMU's own STOP and
 //! RESUME events (QMP, through libvirt) split it into the guest's last reply → QEMU stops it
@@ -320,7 +323,7 @@ fn epoch_s() -> f64 {
 
 /// Annotate the VM with `roam.dev/migrate-to=to` and wait for its new migration to end;
 /// the time is from the patch request to the watch event with the final phase.
-async fn migrate_timed(client: &kube::Client, to: &str) -> (Value, Duration) {
+async fn migrate_timed(client: &kube::Client, to: &str) -> (Value, Duration, f64) {
     let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), NS);
     let vmims: Api<VirtualMachineMigration> = Api::namespaced(client.clone(), NS);
     let before: Vec<String> = vmims
@@ -335,7 +338,7 @@ async fn migrate_timed(client: &kube::Client, to: &str) -> (Value, Duration) {
     let mut events = watcher(vmims, watcher::Config::default())
         .applied_objects()
         .boxed();
-    let t0 = Instant::now();
+    let (t0, annotated) = (Instant::now(), epoch_s());
     vms.patch(
         VM,
         &PatchParams::default(),
@@ -354,13 +357,39 @@ async fn migrate_timed(client: &kube::Client, to: &str) -> (Value, Duration) {
             if !before.contains(&name)
                 && ["Succeeded", "Failed", "Aborted"].contains(&phase.as_str())
             {
-                return (serde_json::to_value(&m).expect("json"), t0.elapsed());
+                return (
+                    serde_json::to_value(&m).expect("json"),
+                    t0.elapsed(),
+                    annotated,
+                );
             }
         }
         panic!("the migration watch ended");
     })
     .await
     .expect("the migration ends within the bound")
+}
+
+/// A migration's phase steps and their durations in ms.
+type Spans = Vec<(String, f64)>;
+
+/// Where a migration's time went: from the annotation (`annotated`, Unix seconds) to its
+/// first recorded phase, then from each phase to the next (`status.phaseTransitions`), in ms.
+fn phase_spans(st: &Value, annotated: f64) -> Spans {
+    let mut spans = Vec::new();
+    let (mut last, mut from) = (annotated, "annotate".to_string());
+    for t in st["phaseTransitions"].as_array().into_iter().flatten() {
+        let (Some(phase), Some(at)) = (t["phase"].as_str(), t["time"].as_str()) else {
+            continue;
+        };
+        let Ok(ts) = at.parse::<k8s_openapi::jiff::Timestamp>() else {
+            continue;
+        };
+        let at = ts.as_microsecond() as f64 / 1e6;
+        spans.push((format!("{from}→{phase}"), (at - last) * 1000.0));
+        (last, from) = (at, phase.to_string());
+    }
+    spans
 }
 
 /// The state of a guest on a node, from QEMU's monitor: run state, vCPU registers (is it
@@ -486,7 +515,7 @@ fn main() {
     let client = rt.block_on(lab.kube_client());
     let b = boot(&lab);
     println!(
-        "{:>3} {:>13} {:>10} {:>12} {:>6} {:>9} {:>6} {:>9} {:>8} {:>8} {:>10} {:>13} {:>12} {:>11}  guest",
+        "{:>3} {:>13} {:>10} {:>12} {:>6} {:>9} {:>6} {:>9} {:>8} {:>8} {:>10} {:>13} {:>12} {:>9} {:>11}  guest",
         "run",
         "route",
         "downtime",
@@ -500,6 +529,7 @@ fn main() {
         "net ready",
         "tcp",
         "switchover",
+        "chassis",
         "overhead"
     );
     let mut pause_ratios = vec![];
@@ -512,8 +542,11 @@ fn main() {
         &b.cli_ns.name,
     );
     let (mut ratios, mut survived, mut overheads) = (vec![], 0, vec![]);
-    // the guest's kernel banners in its serial log: one more means it rebooted
-    let boots = || serial(&lab, &H8).matches("Linux version").count();
+    // per phase step (e.g. "TargetScheduling→TargetReady"), its durations over the runs
+    let mut phase_times: Vec<(String, Vec<f64>)> = vec![];
+    let mut slow: Vec<(usize, i64, Spans)> = vec![];
+    // one more boot in the serial log means the guest rebooted
+    let boots = || roam_e2e::guest_boots(&serial(&lab, &H8));
     let (mut booted, mut reboots) = (boots(), 0);
     for i in 0..runs {
         let (from, to) = if i % 2 == 0 {
@@ -525,7 +558,7 @@ fn main() {
         let (stream, stop) = Stream::start(&lab, &b.cli_ns, &b.ip);
         let pinger = Pinger::start(&b.cli_ns, &b.ip, "0.002");
         std::thread::sleep(Duration::from_millis(500));
-        let (m, total) = rt.block_on(migrate_timed(&client, to));
+        let (m, total, annotated) = rt.block_on(migrate_timed(&client, to));
         // a guest that does not answer a second after its migration is looked at while it
         // does not: is it running, executing, taking its interrupts, refilling its RX ring?
         let landed = Instant::now();
@@ -584,11 +617,18 @@ fn main() {
         reboots += now_booted.saturating_sub(booted);
         booted = now_booted;
         let overhead = total.as_millis() as i64 - job as i64;
+        let spans = phase_spans(st, annotated);
+        for (name, ms) in &spans {
+            match phase_times.iter_mut().find(|(n, _)| n == name) {
+                Some((_, v)) => v.push(*ms),
+                None => phase_times.push((name.clone(), vec![*ms])),
+            }
+        }
         ratios.push(ratio);
         overheads.push(overhead);
         survived += ok as usize;
         println!(
-            "{:>3} {:>13} {:>8}ms {:>10.1}ms {:>6.2} {:>7}ms {:>6.2} {:>9} {:>8} {:>8} {:>10} {:>13} {:>10}ms {:>9}ms  {}",
+            "{:>3} {:>13} {:>8}ms {:>10.1}ms {:>6.2} {:>7}ms {:>6.2} {:>9} {:>8} {:>8} {:>10} {:>13} {:>10}ms {:>7}ms {:>9}ms  {}",
             i + 1,
             format!("{from}→{to}"),
             downtime,
@@ -602,9 +642,13 @@ fn main() {
             part(seen, |p| p.reached),
             if ok { "survived" } else { "BROKEN" },
             st["switchoverMs"].as_u64().map(|v| v as i64).unwrap_or(-1),
+            st["chassisSyncMs"].as_u64().map(|v| v as i64).unwrap_or(-1),
             overhead,
             if rebooted { "REBOOTED" } else { "ran on" }
         );
+        if overhead > 2000 {
+            slow.push((i + 1, overhead, spans));
+        }
         let resets = capture.resets(since);
         if !ok || resets > 0 || gap_ms > 1000.0 {
             let console = serial(&lab, &H8);
@@ -679,6 +723,20 @@ fn main() {
          ({a0:.0}–{a1:.0}); after a suspend/resume in the same QEMU {sm:.0} ms ({s0:.0}–{s1:.0}); \
          after a save/restore into a new QEMU {rm:.0} ms ({r0:.0}–{r1:.0})"
     );
+    println!(
+        "\nwhere a migration's time goes (the controller's phase transitions), median (range):"
+    );
+    for (name, v) in &phase_times {
+        let (m, lo, hi) = spread(v);
+        println!("  {name:<32} {m:>7.0} ms ({lo:.0}–{hi:.0})");
+    }
+    for (run, overhead, spans) in &slow {
+        let s: Vec<String> = spans
+            .iter()
+            .map(|(n, ms)| format!("{n} {ms:.0} ms"))
+            .collect();
+        println!("  run {run} (overhead {overhead} ms): {}", s.join(", "));
+    }
     let (rm_, rmin, rmax) = spread(&ratios);
     let (pm, _, pmax) = spread(&pause_ratios);
     let (om, _, omax) = spread(&overheads.iter().map(|&o| o as f64).collect::<Vec<_>>());

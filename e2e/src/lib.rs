@@ -147,6 +147,16 @@ impl Lab {
     }
 }
 
+/// What the lab guest's init (`e2e/guest/initramfs/init`) prints on the serial console at
+/// every boot: one more than before means the guest rebooted (the kernel's own banner is
+/// below the lab guests' `loglevel=5`).
+pub const GUEST_BOOT_MARKER: &str = "ROAM-GUEST-INIT";
+
+/// How many times the guest booted, from its serial log.
+pub fn guest_boots(serial: &str) -> usize {
+    serial.matches(GUEST_BOOT_MARKER).count()
+}
+
 /// Run a program; panic with its output if it fails. Returns stdout.
 pub fn run(program: &str, args: &[&str]) -> String {
     let out = Command::new(program)

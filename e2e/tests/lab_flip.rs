@@ -1,5 +1,6 @@
 //! The fast route flip on the lab's real OVN: an address moves from node-b to node-a with one
-//! small transaction, traffic follows it, a second flip is a no-op, the plan with the address
+//! small transaction that also marks the change (`nb_cfg`); once every chassis reports that
+//! mark (`hv_cfg`) the traffic goes to node-a at the first try; a second flip is a no-op, the plan with the address
 //! on node-a then reconciles to nothing (the fast path and the planner agree), and a flip of an
 //! address the network does not route changes nothing.
 
@@ -11,7 +12,9 @@ use roam_e2e::{
 };
 use roam_network::Error;
 use roam_network::ovsdb::Client;
-use roam_network::topology::{Flip, PortSpec, flip_route, plan_overlay};
+use roam_network::topology::{
+    Flip, PortSpec, flip_route, flip_route_marked, plan_overlay, wait_for_chassis,
+};
 
 const NET: &str = "e2e-flip";
 const OCTET: u8 = 103;
@@ -112,15 +115,47 @@ fn a_fast_flip_moves_the_route_and_agrees_with_the_plan() {
     let client = rt
         .block_on(Client::connect(lab.nb()))
         .expect("connect to NB");
+    // f2: node-b → node-a
+    let flip_f2 = || {
+        rt.block_on(flip_route_marked(
+            &client,
+            NET,
+            before[1].ip,
+            &nodes[1],
+            &nodes[0],
+        ))
+    };
     let t0 = Instant::now();
-    let flip = rt
-        .block_on(flip_route(&client, NET, before[1].ip, &nodes[1], &nodes[0]))
-        .expect("flip");
-    println!(
-        "fast flip committed in {:.1} ms",
-        t0.elapsed().as_secs_f64() * 1000.0
-    );
+    let (flip, mark) = flip_f2().expect("flip");
+    let committed = t0.elapsed();
     assert_eq!(flip, Flip::Moved);
+    let mark = mark.expect("a moved flip marks its change");
+    let synced = rt
+        .block_on(wait_for_chassis(&client, mark, Duration::from_secs(60)))
+        .expect("every chassis reports the flip");
+    println!(
+        "fast flip committed in {:.1} ms, on every chassis {:.1} ms later (nb_cfg {mark})",
+        committed.as_secs_f64() * 1000.0,
+        synced.as_secs_f64() * 1000.0
+    );
+    // once every chassis reports it, the flip is in the data plane: the first ping answers
+    assert!(
+        probe.ping_once("100.103.1.2"),
+        "no answer from f2 on node-a although every chassis reported the flip"
+    );
+    // a change nobody made yet is never reported: a clear error at the deadline
+    let err = rt
+        .block_on(wait_for_chassis(
+            &client,
+            mark + 1_000_000,
+            Duration::from_millis(200),
+        ))
+        .expect_err("a change that was not made");
+    assert!(matches!(err, Error::NotSynced { .. }), "{err}");
+    assert!(
+        err.to_string().contains("a chassis is down or slow"),
+        "{err}"
+    );
     // ovn-trace after the flip: node-a's router delivers locally to f2.node-a, no fabric
     let trace = ovn_trace(&lab, &format!("{NET}-node-a"), &to_f2, &[]);
     let outs = trace_outputs(&trace);
@@ -139,10 +174,8 @@ fn a_fast_flip_moves_the_route_and_agrees_with_the_plan() {
     );
 
     // idempotent, and consistent with the planner
-    let again = rt
-        .block_on(flip_route(&client, NET, before[1].ip, &nodes[1], &nodes[0]))
-        .expect("flip again");
-    assert_eq!(again, Flip::AlreadyThere);
+    let again = flip_f2().expect("flip again");
+    assert_eq!(again, (Flip::AlreadyThere, None));
     let after = [port(1, "node-a", &[]), port(2, "node-a", &["node-b"])];
     let report = reconcile_on_lab(
         &lab,

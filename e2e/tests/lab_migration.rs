@@ -9,7 +9,8 @@
 //! status and an Event, and the VM is untouched; a migration deleted mid-way (slowed by a
 //! low bandwidth) is Aborted and the VM keeps running on the source with its address.
 //! The way back is driven by the `kubectl roam` plugin (`migrate VM --to NODE --watch`): it
-//! exits 0 once the migration Succeeded, after printing its progress.
+//! exits 0 once the migration Succeeded, after printing its progress. Last, a guest reset
+//! (`virsh reset`) shows in the VM's status (`guestResets`) and a `GuestReset` Event.
 
 mod migration_fixture;
 
@@ -53,6 +54,31 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
         assert!(
             st["switchoverMs"].is_u64(),
             "the route flipped in the pause window: {st}"
+        );
+        // every phase it went through, in order, with non-decreasing times
+        let tr = st["phaseTransitions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let phases: Vec<&str> = tr.iter().filter_map(|t| t["phase"].as_str()).collect();
+        let order = [
+            "TargetScheduling",
+            "TargetReady",
+            "Migrating",
+            "Switchover",
+            "Succeeded",
+        ];
+        let seen: Vec<&str> = phases
+            .iter()
+            .copied()
+            .filter(|p| order.contains(p))
+            .collect();
+        assert_eq!(seen, order, "phase transitions: {tr:?}");
+        let times: Vec<&str> = tr.iter().filter_map(|t| t["time"].as_str()).collect();
+        assert_eq!(times.len(), tr.len(), "{tr:?}");
+        assert!(
+            times.windows(2).all(|w| w[0] <= w[1]),
+            "times in order: {tr:?}"
         );
         let v = wait_until(LONG, "the VM Running on the target", || {
             let v = vm(&lab, &H8)["status"].clone();
@@ -159,6 +185,35 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
         (pods["items"].as_array()?.len() == 1).then_some(())
     });
     wait_until(LONG, "the guest answers after the abort", || {
+        cli_ns.ping_once(&ip).then_some(())
+    });
+
+    // a guest reset (here from outside; a kernel panic with panic=N looks the same): the
+    // domain keeps running, so only the shim's reset count shows it, in status and an Event
+    assert!(
+        vm(&lab, &H8)["status"]["guestResets"].is_null(),
+        "no reset yet: {}",
+        vm(&lab, &H8)["status"]
+    );
+    roam_e2e::run(
+        "virsh",
+        &[
+            "-c",
+            &lab.node("node-a").libvirt,
+            "reset",
+            &format!("{NS}_{VM}"),
+        ],
+    );
+    let r = wait_until(LONG, "the reset in the VM's status", || {
+        let r = vm(&lab, &H8)["status"]["guestResets"].clone();
+        (!r.is_null()).then_some(r)
+    });
+    assert_eq!(r["total"], 1, "{r}");
+    assert_eq!(r["pod"], v["pod"], "{r}");
+    let ev = events_of(&lab, &H8, VM);
+    assert!(ev.contains("GuestReset"), "{ev}");
+    assert_eq!(vm(&lab, &H8)["status"]["phase"], "Running");
+    wait_until(LONG, "the guest answers after its reboot", || {
         cli_ns.ping_once(&ip).then_some(())
     });
 }

@@ -121,6 +121,18 @@ pub enum Error {
     /// The request needs a protocol feature the server does not offer.
     #[error("unsupported by this OVSDB server: {0}")]
     Unsupported(String),
+    /// The chassis did not all report a northbound change within the deadline.
+    #[error(
+        "the chassis did not all apply northbound change {nb_cfg} within {waited_ms} ms (NB_Global hv_cfg is {hv_cfg}): a chassis is down or slow, or ovn-northd does not run"
+    )]
+    NotSynced {
+        /// The change waited for (`NB_Global:nb_cfg`).
+        nb_cfg: i64,
+        /// What every chassis had applied when the wait ended (`NB_Global:hv_cfg`).
+        hv_cfg: i64,
+        /// How long it waited.
+        waited_ms: u64,
+    },
     /// No answer within the deadline.
     #[error("OVSDB {method} got no reply within {secs} s")]
     Timeout {

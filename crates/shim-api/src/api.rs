@@ -111,6 +111,12 @@ pub struct Status {
     /// Who runs this shim (`--instance`, a launcher pod's name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
+    /// Guest reboots this shim has seen since it started: [`crate::events::Lifecycle::Reset`]
+    /// events, those less than a second apart counted once (the firmware resets the machine
+    /// again as it starts). A count that grows while the domain stays Running means the guest
+    /// rebooted.
+    #[serde(default)]
+    pub resets: u64,
 }
 
 /// The last incoming migration, as its target saw it.

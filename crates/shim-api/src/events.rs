@@ -35,6 +35,10 @@ pub enum Lifecycle {
     Failed,
     /// The guest crashed (QEMU or the guest kernel).
     Crashed,
+    /// The guest reset and boots again in the same QEMU: a reboot from inside, a kernel panic
+    /// with `panic=N`, a triple fault, or `virsh reset`. The domain keeps running, but what
+    /// ran in the guest is gone.
+    Reset,
     /// Any other libvirt lifecycle event (defined, undefined, PM suspend, ...).
     Other,
 }

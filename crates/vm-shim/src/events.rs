@@ -7,8 +7,11 @@ pub use roam_shim_api::events::{Event, Lifecycle};
 
 use crate::api::JobStats;
 
-/// Map libvirt's `virDomainEventType` and its detail.
+/// Map libvirt's `virDomainEventType` and its detail (or [`crate::sys::RESET_EVENT`]).
 pub fn from_libvirt(event: i32, detail: i32) -> Lifecycle {
+    if event == crate::sys::RESET_EVENT {
+        return Lifecycle::Reset;
+    }
     let (e, d) = (event as u32, detail as u32);
     match e {
         sys::VIR_DOMAIN_EVENT_STARTED => match d {
@@ -143,6 +146,11 @@ mod tests {
             Lifecycle::Crashed
         );
         assert_eq!(map(sys::VIR_DOMAIN_EVENT_DEFINED, 0), Lifecycle::Other);
+        assert_eq!(
+            from_libvirt(crate::sys::RESET_EVENT, 0),
+            Lifecycle::Reset,
+            "the reboot callback's events"
+        );
         assert_eq!(from_libvirt(99, 99), Lifecycle::Other);
     }
 

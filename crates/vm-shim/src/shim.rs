@@ -92,7 +92,23 @@ pub fn state_after(kind: Lifecycle, before: DomainState) -> DomainState {
         // the shim's domains are transient: stopped or migrated, they are gone
         Lifecycle::MigratedAway | Lifecycle::Stopped | Lifecycle::Failed => DomainState::Absent,
         Lifecycle::Crashed => DomainState::Crashed,
+        // the guest boots again in the same QEMU
+        Lifecycle::Reset => DomainState::Running,
         Lifecycle::Other => before,
+    }
+}
+
+/// One reboot can be several reset events: the firmware (SeaBIOS) resets the machine once
+/// more as it starts after a reset, and libvirt reports both (seen: two `reboot` events 60 ms
+/// apart for one `virsh reset`, QEMU 10.0). A guest cannot boot and reset again this fast.
+pub const RESET_COALESCE: Duration = Duration::from_secs(1);
+
+/// Whether a reset event `at` is a new reboot, the last one having come `last` (pure).
+pub fn is_new_reset(last: Option<SystemTime>, at: SystemTime) -> bool {
+    match last {
+        None => true,
+        // a clock step backwards: count it rather than lose a reboot
+        Some(l) => at.duration_since(l).map_or(true, |d| d >= RESET_COALESCE),
     }
 }
 
@@ -122,6 +138,10 @@ struct State {
     incoming: bool,
     last_incoming: Option<Incoming>,
     persisted: Persisted,
+    /// Guest resets seen since the shim started (one per reboot: see [`RESET_COALESCE`]).
+    resets: u64,
+    /// When the last reset event arrived.
+    last_reset: Option<SystemTime>,
 }
 
 struct EventLog {
@@ -358,6 +378,7 @@ impl Shim {
             job: st.job.clone(),
             last_incoming: st.last_incoming.clone(),
             instance: self.inner.cfg.instance.clone(),
+            resets: st.resets,
         }
     }
 
@@ -737,6 +758,14 @@ impl Shim {
                 Lifecycle::Failed | Lifecycle::Stopped | Lifecycle::Crashed => {
                     lock(&self.inner.state).incoming = false
                 }
+                Lifecycle::Reset => {
+                    let mut st = lock(&self.inner.state);
+                    if is_new_reset(st.last_reset, raw.at) {
+                        st.resets += 1;
+                        tracing::warn!(vm = %self.name(), resets = st.resets, "the guest reset (a reboot, a kernel panic or a reset from outside)");
+                    }
+                    st.last_reset = Some(raw.at);
+                }
                 _ => {}
             }
         }
@@ -896,9 +925,24 @@ mod tests {
         assert_eq!(state_after(L::Started, D::Absent), D::Running);
         assert_eq!(state_after(L::Stopped, D::Running), D::Absent);
         assert_eq!(state_after(L::Crashed, D::Running), D::Crashed);
+        // a reset guest boots again in the same QEMU
+        assert_eq!(state_after(L::Reset, D::Running), D::Running);
         // an event that says nothing about the state leaves it
         assert_eq!(state_after(L::Other, D::Paused), D::Paused);
         assert_eq!(state_after(L::Other, D::Running), D::Running);
+    }
+
+    #[test]
+    fn a_reboot_is_counted_once_however_many_reset_events_it_makes() {
+        let t0 = UNIX_EPOCH + Duration::from_secs(1000);
+        assert!(is_new_reset(None, t0));
+        // the firmware's second reset, 60 ms later: the same reboot
+        assert!(!is_new_reset(Some(t0), t0 + Duration::from_millis(60)));
+        // a reboot later on
+        assert!(is_new_reset(Some(t0), t0 + RESET_COALESCE));
+        assert!(is_new_reset(Some(t0), t0 + Duration::from_secs(30)));
+        // the clock stepped back: counted
+        assert!(is_new_reset(Some(t0), t0 - Duration::from_secs(5)));
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //! safe wrapper covers, each behind a safe function.
 //!
 //! - libvirt **domain lifecycle events** (`virConnectDomainEventRegisterAny` with
-//!   `VIR_DOMAIN_EVENT_ID_LIFECYCLE`): [`LifecycleSubscription`] hands every event to a channel
-//!   as a [`RawLifecycle`] stamped with the wall-clock time **inside the callback**, so the
-//!   migrator's route flip can be timed against the moment libvirt told us;
+//!   `VIR_DOMAIN_EVENT_ID_LIFECYCLE`, and `VIR_DOMAIN_EVENT_ID_REBOOT` for guest resets):
+//!   [`LifecycleSubscription`] hands every event to a channel as a [`RawLifecycle`] stamped
+//!   with the wall-clock time **inside the callback**, so the migrator's route flip can be
+//!   timed against the moment libvirt told us;
 //! - **job control** the `virt` 0.5 crate does not wrap: [`abort_job`], [`start_post_copy`];
 //! - the **TUN ioctls** that create a persistent kernel tap ([`create_persistent_tap`]):
 //!   tun/tap creation over rtnetlink is refused by the kernel (`tun_validate` returns
@@ -25,12 +26,16 @@ use virt::connect::Connect;
 use virt::domain::Domain;
 use virt::sys;
 
+/// [`RawLifecycle::event`] of a guest reset: not a `virDomainEventType` (those are ≥ 0), the
+/// `VIR_DOMAIN_EVENT_ID_REBOOT` callback, which has no event code of its own.
+pub const RESET_EVENT: i32 = -1;
+
 /// One lifecycle event as libvirt delivered it, stamped when the callback ran.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawLifecycle {
     /// The domain's name.
     pub domain: String,
-    /// `virDomainEventType`.
+    /// `virDomainEventType`, or [`RESET_EVENT`].
     pub event: i32,
     /// The event's detail (`virDomainEvent*DetailType`).
     pub detail: i32,
@@ -79,8 +84,36 @@ unsafe extern "C" fn lifecycle_callback(
 ) -> c_int {
     // the timestamp first: it is what the migrator times the switchover with
     let at = SystemTime::now();
-    // SAFETY: `opaque` is the `Box<CallbackData>` registered in `LifecycleSubscription::new`;
-    // libvirt keeps passing it until it calls `free_callback_data`, after the last callback.
+    // SAFETY: `opaque` and `dom` are what libvirt passes to a callback registered by
+    // `register` (see `deliver`).
+    unsafe { deliver(dom, opaque, event, detail, at) };
+    0
+}
+
+unsafe extern "C" fn reboot_callback(
+    _conn: sys::virConnectPtr,
+    dom: sys::virDomainPtr,
+    opaque: *mut c_void,
+) {
+    let at = SystemTime::now();
+    // SAFETY: as in `lifecycle_callback`.
+    unsafe { deliver(dom, opaque, RESET_EVENT, 0, at) };
+}
+
+/// Send one event to the subscriber.
+///
+/// # Safety
+/// `opaque` must be the `Box<CallbackData>` pointer given to `register` (libvirt keeps
+/// passing it until it calls `free_callback_data`, after the last callback); `dom` must be
+/// NULL or a domain valid for the duration of the callback.
+unsafe fn deliver(
+    dom: sys::virDomainPtr,
+    opaque: *mut c_void,
+    event: c_int,
+    detail: c_int,
+    at: SystemTime,
+) {
+    // SAFETY: the caller's contract.
     let data = unsafe { &*(opaque as *const CallbackData) };
     let domain = if dom.is_null() {
         String::new()
@@ -103,20 +136,19 @@ unsafe extern "C" fn lifecycle_callback(
         detail,
         at,
     });
-    0
 }
 
 unsafe extern "C" fn free_callback_data(opaque: *mut c_void) {
-    // SAFETY: libvirt calls the free callback exactly once, with the pointer registered in
-    // `LifecycleSubscription::new` (made by `Box::into_raw`), after the last event callback.
+    // SAFETY: libvirt calls the free callback exactly once per registration, with the pointer
+    // registered in `register` (made by `Box::into_raw`), after the last event callback.
     drop(unsafe { Box::from_raw(opaque as *mut CallbackData) });
 }
 
-/// A subscription to the lifecycle events of every domain of one connection; deregistered
-/// when dropped. Events arrive only while [`start_event_loop`] runs.
+/// A subscription to the lifecycle and reset events of every domain of one connection;
+/// deregistered when dropped. Events arrive only while [`start_event_loop`] runs.
 pub struct LifecycleSubscription {
     conn: Connect,
-    id: c_int,
+    ids: Vec<c_int>,
 }
 
 impl LifecycleSubscription {
@@ -125,44 +157,67 @@ impl LifecycleSubscription {
         conn: &Connect,
         tx: UnboundedSender<RawLifecycle>,
     ) -> Result<LifecycleSubscription, virt::error::Error> {
-        let data = Box::into_raw(Box::new(CallbackData { tx }));
         let lifecycle: LifecycleFn = lifecycle_callback;
         // SAFETY: libvirt's documented VIR_DOMAIN_EVENT_CALLBACK cast: for
         // VIR_DOMAIN_EVENT_ID_LIFECYCLE it calls the function with the lifecycle signature,
         // which is what `lifecycle_callback` has. Both are `extern "C"` function pointers of
         // the same size.
-        let generic: GenericFn =
+        let lifecycle: GenericFn =
             unsafe { std::mem::transmute::<LifecycleFn, GenericFn>(lifecycle) };
-        // SAFETY: `conn.as_ptr()` is a live connection (we hold a reference); a NULL domain
-        // means every domain; `data` stays valid until libvirt calls `free_callback_data`.
-        let id = unsafe {
-            sys::virConnectDomainEventRegisterAny(
-                conn.as_ptr(),
-                std::ptr::null_mut(),
-                sys::VIR_DOMAIN_EVENT_ID_LIFECYCLE as c_int,
-                Some(generic),
-                data as *mut c_void,
-                Some(free_callback_data),
-            )
-        };
-        if id < 0 {
-            // SAFETY: registration failed, so libvirt did not take ownership of `data`.
-            drop(unsafe { Box::from_raw(data) });
-            return Err(virt::error::Error::last_error());
-        }
-        Ok(LifecycleSubscription {
+        // VIR_DOMAIN_EVENT_ID_REBOOT's callback has the generic signature itself
+        let reboot: GenericFn = reboot_callback;
+        let mut sub = LifecycleSubscription {
             conn: conn.clone(),
-            id,
-        })
+            ids: Vec::new(),
+        };
+        for (id, f) in [
+            (sys::VIR_DOMAIN_EVENT_ID_LIFECYCLE, lifecycle),
+            (sys::VIR_DOMAIN_EVENT_ID_REBOOT, reboot),
+        ] {
+            // on an error `sub` drops here and deregisters what was registered
+            sub.ids.push(register(conn, id as c_int, f, tx.clone())?);
+        }
+        Ok(sub)
     }
+}
+
+/// Register `f` for event `id` of every domain of `conn`, with its own copy of `tx`.
+fn register(
+    conn: &Connect,
+    id: c_int,
+    f: GenericFn,
+    tx: UnboundedSender<RawLifecycle>,
+) -> Result<c_int, virt::error::Error> {
+    let data = Box::into_raw(Box::new(CallbackData { tx }));
+    // SAFETY: `conn.as_ptr()` is a live connection (we hold a reference); a NULL domain
+    // means every domain; `f` has the signature libvirt calls for `id` (see the callers);
+    // `data` stays valid until libvirt calls `free_callback_data`.
+    let r = unsafe {
+        sys::virConnectDomainEventRegisterAny(
+            conn.as_ptr(),
+            std::ptr::null_mut(),
+            id,
+            Some(f),
+            data as *mut c_void,
+            Some(free_callback_data),
+        )
+    };
+    if r < 0 {
+        // SAFETY: registration failed, so libvirt did not take ownership of `data`.
+        drop(unsafe { Box::from_raw(data) });
+        return Err(virt::error::Error::last_error());
+    }
+    Ok(r)
 }
 
 impl Drop for LifecycleSubscription {
     fn drop(&mut self) {
-        // SAFETY: `self.conn` keeps the connection alive; `self.id` came from a successful
-        // registration on it and is deregistered once (libvirt then frees the callback data).
-        unsafe {
-            sys::virConnectDomainEventDeregisterAny(self.conn.as_ptr(), self.id);
+        for id in &self.ids {
+            // SAFETY: `self.conn` keeps the connection alive; each id came from a successful
+            // registration on it and is deregistered once (libvirt then frees its data).
+            unsafe {
+                sys::virConnectDomainEventDeregisterAny(self.conn.as_ptr(), *id);
+            }
         }
     }
 }

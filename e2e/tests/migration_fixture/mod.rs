@@ -518,11 +518,12 @@ pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
 }
 
 /// The state that explains a guest that does not answer: its Address, its OVN rows, its
-/// serial log's tail (and how many times the guest kernel booted).
+/// serial log's tail (and how many times the guest booted: its init's marker — the kernel's
+/// banner is below the fixture's loglevel).
 pub fn network_report(lab: &Lab, b: &Booted) -> String {
     let addr = try_kubectl(lab, &["get", "address", &b.addr, "-o", "json"]).unwrap_or_else(|e| e);
     let serial = serial(lab, &b.n);
-    let boots = serial.matches("Linux version").count();
+    let boots = roam_e2e::guest_boots(&serial);
     let tail: Vec<&str> = serial.lines().rev().take(20).collect();
     let tail: Vec<&str> = tail.into_iter().rev().collect();
     format!(

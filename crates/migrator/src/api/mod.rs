@@ -9,7 +9,7 @@ mod vmim;
 pub use address::{Address, AddressSpec, AddressStatus, AddressVlan, address_name};
 pub use network::{Network, NetworkMode, NetworkSpec, NetworkStatus, TransitAddress};
 pub use vm::{
-    Boot, MIGRATE_TO, MIGRATE_TO_AUTO, MigrateTo, MigrateToError, VirtualMachine,
+    Boot, GuestResets, MIGRATE_TO, MIGRATE_TO_AUTO, MigrateTo, MigrateToError, VirtualMachine,
     VirtualMachineSpec, VirtualMachineStatus, VmInterface, VmInterfaceStatus, VmPhase,
     parse_migrate_to,
 };

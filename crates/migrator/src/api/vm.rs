@@ -161,6 +161,23 @@ pub struct VirtualMachineStatus {
     /// The generation this status is for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Guest resets seen (a reboot from inside, a kernel panic with `panic=N`, a triple fault,
+    /// a reset from outside); absent until the first. Each new one is also a Warning Event
+    /// `GuestReset`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_resets: Option<GuestResets>,
+}
+
+/// Guest resets, as the launchers' shims counted them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GuestResets {
+    /// Resets over the VM's life (every launcher pod it ran in).
+    pub total: u64,
+    /// The launcher pod of the last count.
+    pub pod: String,
+    /// That pod's shim's own count (since the shim started).
+    pub shim_count: u64,
 }
 
 /// One interface's address.

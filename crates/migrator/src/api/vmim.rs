@@ -2,7 +2,7 @@
 //! it runs on to a target node. Created by the controller when a VM is annotated with
 //! `roam.dev/migrate-to` (or by a user directly); deleting it while it runs aborts it.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -82,6 +82,10 @@ pub struct VirtualMachineMigrationStatus {
     /// From the source's pause to the route flip committed in OVN, in ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switchover_ms: Option<u64>,
+    /// From the flip committed to every chassis reporting it in its data plane
+    /// (`NB_Global:hv_cfg`), in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chassis_sync_ms: Option<u64>,
     /// The guest's pause as the shims saw it, in ms: the source's `suspended-for-migration`
     /// event to the target's `resumed-after-migration` event. Longer than `downtimeMs`
     /// (QEMU's figure) by libvirt's hand-over to the target; unknown when the controller
@@ -106,6 +110,31 @@ pub struct VirtualMachineMigrationStatus {
     /// Conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// When the controller moved the migration into each phase, in order (microseconds):
+    /// where its time went.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phase_transitions: Vec<PhaseTransition>,
+}
+
+/// One entry of [`VirtualMachineMigrationStatus::phase_transitions`].
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PhaseTransition {
+    /// The phase entered.
+    pub phase: Phase,
+    /// When.
+    pub time: MicroTime,
+}
+
+impl VirtualMachineMigrationStatus {
+    /// Set the phase; a change is recorded in [`Self::phase_transitions`] at `at`.
+    pub fn enter(&mut self, phase: Phase, at: impl FnOnce() -> MicroTime) {
+        if self.phase != phase || self.phase_transitions.is_empty() {
+            self.phase_transitions
+                .push(PhaseTransition { phase, time: at() });
+        }
+        self.phase = phase;
+    }
 }
 
 /// Memory transfer progress.
@@ -147,6 +176,44 @@ impl Progress {
 mod tests {
     use super::*;
     use kube::CustomResourceExt;
+
+    #[test]
+    fn each_phase_change_is_recorded_once_with_its_time() {
+        let at = |s: i64| MicroTime(k8s_openapi::jiff::Timestamp::from_second(s).unwrap());
+        let mut st = VirtualMachineMigrationStatus::default();
+        st.enter(Phase::Pending, || at(1));
+        st.enter(Phase::Pending, || at(2));
+        st.enter(Phase::TargetScheduling, || at(3));
+        st.enter(Phase::TargetScheduling, || at(4));
+        st.enter(Phase::Migrating, || at(5));
+        st.enter(Phase::Succeeded, || at(6));
+        let got: Vec<(Phase, MicroTime)> = st
+            .phase_transitions
+            .iter()
+            .map(|t| (t.phase, t.time.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Phase::Pending, at(1)),
+                (Phase::TargetScheduling, at(3)),
+                (Phase::Migrating, at(5)),
+                (Phase::Succeeded, at(6)),
+            ]
+        );
+        assert_eq!(st.phase, Phase::Succeeded);
+        // micro-second precision on the wire
+        let t = MicroTime(k8s_openapi::jiff::Timestamp::from_microsecond(1_500_123).unwrap());
+        let j = serde_json::to_value(PhaseTransition {
+            phase: Phase::Switchover,
+            time: t,
+        })
+        .unwrap();
+        assert_eq!(
+            j,
+            serde_json::json!({"phase": "Switchover", "time": "1970-01-01T00:00:01.500123Z"})
+        );
+    }
 
     #[test]
     fn crd_columns() {

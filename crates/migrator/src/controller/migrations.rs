@@ -3,9 +3,11 @@
 //! the Address's host points), steps, performs the idempotent actions and writes status.
 //!
 //! The switchover does not wait for a reconcile: once the copy starts, a task long-polls the
-//! source shim's events and flips the route (Address host = target, the route controller's
-//! fast `flip_route`) as soon as `suspended-for-migration` arrives, inside the pause window;
-//! `switchoverMs` is the time from that event to the Address write.
+//! source shim's events and, as soon as `suspended-for-migration` arrives, flips the VM's /32s
+//! in OVN itself (one small transaction per Address, ahead of the Address writes, which follow
+//! in parallel: no API round trip stands between the pause and the flip), inside the pause
+//! window; `switchoverMs` is the time from that event to the flip's commit, `chassisSyncMs`
+//! the time until every chassis reports it in its data plane.
 //!
 //! Nor does the rest wait for a requeue: a task polls a starting target shim (until the shim
 //! of *this* target pod answers, by its `instance`) and the switchover task, on the
@@ -13,12 +15,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::channel::mpsc;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action as KAction, Config as ControllerConfig};
 use kube::runtime::reflector::ObjectRef;
@@ -29,8 +31,8 @@ use roam_shim_api::events::Lifecycle;
 use serde_json::json;
 use tokio::task::AbortHandle;
 
-use super::Context;
 use super::vms::{self, LauncherSpec, vm_key};
+use super::{Context, Tentative};
 use crate::api::{
     Address, Progress, VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus,
     VmPhase,
@@ -163,6 +165,10 @@ fn error_policy(m: Arc<VirtualMachineMigration>, e: &Error, ctx: Arc<Context>) -
 
 fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn now_micro() -> MicroTime {
+    MicroTime(k8s_openapi::jiff::Timestamp::now())
 }
 
 fn unix_ns() -> u64 {
@@ -358,7 +364,7 @@ async fn reconcile(
         }
     }
     let Some(vm) = vm else {
-        st.phase = Phase::Failed;
+        st.enter(Phase::Failed, now_micro);
         st.reason = invalid.or(Some("the VirtualMachine is gone".into()));
         patch_status(&ctx, &m, &st).await?;
         set_finalizer(&ctx, &m, false).await?;
@@ -718,7 +724,7 @@ async fn reconcile(
         let client = vms::client(&vm, ip, port, &token)?;
         spawn_target_wait(&m, client, target_pod_name.clone(), Wait::Ready, &local);
     }
-    st.phase = d.phase;
+    st.enter(d.phase, now_micro);
     if d.reason.is_some() {
         st.reason = d.reason.clone();
     }
@@ -869,7 +875,7 @@ async fn finish_invalid(
     why: String,
 ) -> Result<KAction> {
     tracing::warn!(migration = %m.name_any(), reason = %why, "migration refused");
-    st.phase = Phase::Failed;
+    st.enter(Phase::Failed, now_micro);
     st.reason = Some(why.clone());
     st.completion_time.get_or_insert_with(now);
     patch_status(ctx, m, &st).await?;
@@ -892,6 +898,94 @@ async fn finish_invalid(
     ctx.event(vm.object_ref(&()), true, "MigrationFailed", "Migrate", note);
     set_finalizer(ctx, m, false).await?;
     Ok(KAction::await_change())
+}
+
+/// How long the switchover waits for every chassis to report the flip (a figure for the
+/// status, not a step anything waits on).
+const CHASSIS_SYNC_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// At the pause: flip the VM's overlay /32s in OVN now — each moved Address shown to the
+/// syncer until its write lands, the writes in parallel (the reconcile is woken when they
+/// are done) — and time every chassis catching up. Returns (pause → flip committed, flip →
+/// every chassis has it), for the status. A flip that fails is logged: the Addresses'
+/// writes then move the route through the route controller, as they always did, and the
+/// first figure is pause → written.
+async fn flip_at_pause(
+    ctx: &Arc<Context>,
+    (key, m, l): (&str, &VirtualMachineMigration, &Local),
+    addresses: &[String],
+    (source_node, target_node): (&str, &str),
+    paused_at_ns: u64,
+) -> (Option<u64>, Option<u64>) {
+    let moved: Vec<Address> = {
+        let idx = ctx.index.lock().expect("index lock");
+        addresses
+            .iter()
+            .filter_map(|n| idx.address(n))
+            .map(|a| {
+                let mut a = (*a).clone();
+                a.spec.host = Some(target_node.to_string());
+                a.annotations_mut()
+                    .insert(ALSO_ON.into(), source_node.to_string());
+                a
+            })
+            .collect()
+    };
+    let shown: Vec<Tentative> = moved
+        .iter()
+        .map(|a| Tentative::show(ctx, a.clone()))
+        .collect();
+    let mut marks = vec![];
+    for a in &moved {
+        match super::ovn::flip_ahead(ctx, a, source_node, target_node).await {
+            Ok((_, mark)) => marks.extend(mark),
+            Err(e) => {
+                tracing::warn!(migration = %key, address = %a.name_any(), error = %e, "switchover: no direct flip; the Address write moves the route")
+            }
+        }
+    }
+    let flipped = !moved.is_empty() && marks.len() == moved.len();
+    let since_pause = || unix_ns().saturating_sub(paused_at_ns) / 1_000_000;
+    let flipped_ms = flipped.then(since_pause);
+    let also = [source_node];
+    let writes = async {
+        let r = futures::future::try_join_all(
+            addresses
+                .iter()
+                .map(|a| move_address(ctx, a, target_node, &also)),
+        )
+        .await;
+        let written_ms = since_pause();
+        l.kick(m);
+        r.map(|_| written_ms)
+    };
+    let sync = async {
+        let nb_cfg = marks.iter().copied().max()?;
+        let started = Instant::now();
+        match super::ovn::wait_for_chassis(ctx, nb_cfg, CHASSIS_SYNC_TIMEOUT).await {
+            Ok(took) => Some(took.as_millis() as u64),
+            Err(e) => {
+                tracing::warn!(migration = %key, error = %e, waited = ?started.elapsed(), "switchover: the chassis did not all report the flip");
+                None
+            }
+        }
+    };
+    let (written, synced) = tokio::join!(writes, sync);
+    // the syncer sees the Addresses as written (or not) from here on
+    drop(shown);
+    // without a direct flip the route moved with the write (the route controller's flip)
+    let switchover_ms = match written {
+        Ok(written_ms) => flipped_ms.or(Some(written_ms)),
+        Err(e) => {
+            tracing::warn!(migration = %key, error = %e, "switchover: Address write failed; OVN is re-read");
+            for a in &moved {
+                super::ovn::request_full(ctx, &a.spec.network);
+            }
+            flipped_ms
+        }
+    };
+    tracing::info!(migration = %key, ?switchover_ms, chassis_sync_ms = ?synced, "route flipped in the pause window");
+    (switchover_ms, synced)
 }
 
 /// Long-poll the source shim's events; at `suspended-for-migration` flip the routes (the
@@ -952,31 +1046,26 @@ fn spawn_switchover(
                             // RARP, there is no route to flip
                             continue;
                         }
-                        let also = [source_node.as_str()];
-                        let flips = addresses
-                            .iter()
-                            .map(|a| move_address(&ctx, a, &target_node, &also));
-                        match futures::future::try_join_all(flips).await {
-                            Ok(_) => {
-                                let ms = unix_ns().saturating_sub(e.at_unix_ns) / 1_000_000;
-                                tracing::info!(migration = %key, switchover_ms = ms, "route flipped in the pause window");
-                                let api: Api<VirtualMachineMigration> = Api::namespaced(
-                                    ctx.client.clone(),
-                                    &m.namespace().unwrap_or_default(),
-                                );
-                                let _ = api
-                                    .patch_status(
-                                        &m.name_any(),
-                                        &PatchParams::default(),
-                                        &Patch::Merge(&json!({"status": {"switchoverMs": ms}})),
-                                    )
-                                    .await;
-                                l.kick(&m);
-                            }
-                            Err(err) => {
-                                tracing::warn!(migration = %key, error = %err, "switchover flip")
-                            }
-                        }
+                        let (switchover_ms, chassis_sync_ms) = flip_at_pause(
+                            &ctx,
+                            (&key, &m, &l),
+                            &addresses,
+                            (&source_node, &target_node),
+                            e.at_unix_ns,
+                        )
+                        .await;
+                        let api: Api<VirtualMachineMigration> =
+                            Api::namespaced(ctx.client.clone(), &m.namespace().unwrap_or_default());
+                        let _ = api
+                            .patch_status(
+                                &m.name_any(),
+                                &PatchParams::default(),
+                                &Patch::Merge(&json!({"status": {
+                                    "switchoverMs": switchover_ms,
+                                    "chassisSyncMs": chassis_sync_ms,
+                                }})),
+                            )
+                            .await;
                     }
                     Lifecycle::MigratedAway
                     | Lifecycle::Resumed

@@ -76,6 +76,39 @@ pub struct Config {
     pub vm: vms::VmConfig,
 }
 
+/// An Address being written, shown to the OVN syncer as written until the guard drops (a
+/// claim's port is programmed while its write is in flight; a switchover's route is moved
+/// before its write): a reconcile in between plans with it instead of undoing it.
+pub(crate) struct Tentative {
+    ctx: Arc<Context>,
+    name: String,
+}
+
+impl Tentative {
+    /// Show `a` (as it is about to be written) to the syncer.
+    pub(crate) fn show(ctx: &Arc<Context>, a: Address) -> Tentative {
+        let name = a.metadata.name.clone().unwrap_or_default();
+        ctx.tentative
+            .lock()
+            .expect("tentative lock")
+            .insert(name.clone(), Arc::new(a));
+        Tentative {
+            ctx: ctx.clone(),
+            name,
+        }
+    }
+}
+
+impl Drop for Tentative {
+    fn drop(&mut self) {
+        self.ctx
+            .tentative
+            .lock()
+            .expect("tentative lock")
+            .remove(&self.name);
+    }
+}
+
 /// Shared by every controller.
 pub struct Context {
     /// Kubernetes.

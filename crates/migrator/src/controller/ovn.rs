@@ -14,15 +14,16 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
+use kube::ResourceExt;
 use roam_network::topology::{
-    ActualState, PortSpec, Topology, apply, check, diff, flip_route, plan_overlay, plan_underlay,
-    read_actual, reconcile,
+    ActualState, Flip, NodeSpec, PortSpec, Topology, apply, check, diff, flip_route,
+    flip_route_marked, plan_overlay, plan_underlay, read_actual, reconcile,
 };
 use tokio::sync::{Notify, mpsc, watch};
 
 use super::Context;
 use super::index::Moved;
-use crate::api::NetworkMode;
+use crate::api::{Address, NetworkMode};
 use crate::core::claim::desired_ports;
 use crate::core::network::{overlay_input, underlay_input};
 use crate::core::ovn::{Delta, additions_only, delta};
@@ -297,25 +298,29 @@ pub(super) async fn resync(ctx: Arc<Context>) {
     }
 }
 
+/// The two nodes of a move in an overlay network, as the planner sees them (`None`: not an
+/// overlay, or a node unknown).
+fn node_pair(ctx: &Context, network: &str, from: &str, to: &str) -> Option<(NodeSpec, NodeSpec)> {
+    let idx = ctx.index.lock().expect("index lock");
+    match idx.networks.get(network) {
+        Some(plan) if plan.mode == NetworkMode::Overlay => {
+            let (_, specs) = overlay_input(
+                plan,
+                &idx.transit(network),
+                &[from.to_string(), to.to_string()],
+            );
+            let f = specs.iter().find(|n| n.name == from).cloned();
+            let t = specs.iter().find(|n| n.name == to).cloned();
+            f.zip(t)
+        }
+        _ => None,
+    }
+}
+
 /// The route controller: flip a moved Address's /32, then let the full reconcile converge.
 pub(super) async fn route_flips(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiver<Moved>) {
     while let Some(m) = rx.recv().await {
-        let nodes = {
-            let idx = ctx.index.lock().expect("index lock");
-            match idx.networks.get(&m.network) {
-                Some(plan) if plan.mode == NetworkMode::Overlay => {
-                    let (_, specs) = overlay_input(
-                        plan,
-                        &idx.transit(&m.network),
-                        &[m.from.clone(), m.to.clone()],
-                    );
-                    let from = specs.iter().find(|n| n.name == m.from).cloned();
-                    let to = specs.iter().find(|n| n.name == m.to).cloned();
-                    from.zip(to)
-                }
-                _ => None,
-            }
-        };
+        let nodes = node_pair(&ctx, &m.network, &m.from, &m.to);
         if let (Some((from, to)), Ok(ip), Ok(client)) = (nodes, m.ip.parse(), ctx.nb.client()) {
             let started = std::time::Instant::now();
             match flip_route(&client, &m.network, ip, &from, &to).await {
@@ -331,4 +336,49 @@ pub(super) async fn route_flips(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiv
         }
         request(&ctx, &m.network);
     }
+}
+
+/// The switchover's flip, ahead of the Address's write: `a` (overlay) moves from `from` to
+/// `to` in OVN now, in one transaction that also marks the change for
+/// [`wait_for_chassis`]. The caller shows the moved Address to the syncer
+/// ([`super::Tentative`]) until its write lands, so no reconcile undoes the flip in between.
+pub(super) async fn flip_ahead(
+    ctx: &Context,
+    a: &Address,
+    from: &str,
+    to: &str,
+) -> Result<(Flip, Option<i64>)> {
+    let network = &a.spec.network;
+    let (f, t) = node_pair(ctx, network, from, to).ok_or_else(|| {
+        Error::Conflict(format!(
+            "address {}: network {network} is not an overlay with nodes {from} and {to}",
+            a.name_any()
+        ))
+    })?;
+    let ip = a.spec.ip.parse().map_err(|_| {
+        Error::Conflict(format!(
+            "address {}: IP {:?} is not IPv4",
+            a.name_any(),
+            a.spec.ip
+        ))
+    })?;
+    let flip = flip_route_marked(&ctx.nb.client()?, network, ip, &f, &t).await?;
+    ctx.metrics.count("route_flips", "switchover");
+    Ok(flip)
+}
+
+/// Wait until every chassis has applied northbound change `nb_cfg` (a [`flip_ahead`]'s).
+pub(super) async fn wait_for_chassis(
+    ctx: &Context,
+    nb_cfg: i64,
+    timeout: Duration,
+) -> Result<Duration> {
+    Ok(roam_network::topology::wait_for_chassis(&ctx.nb.client()?, nb_cfg, timeout).await?)
+}
+
+/// Ask for a reconcile of `network` that re-reads its rows first (something wrote them
+/// behind the syncer's back, e.g. a flip whose Address write then failed).
+pub(super) fn request_full(ctx: &Arc<Context>, network: &str) -> u64 {
+    syncer(ctx, network).full.store(true, Ordering::SeqCst);
+    request(ctx, network)
 }

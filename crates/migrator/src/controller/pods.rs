@@ -21,7 +21,7 @@ use kube::{Api, Resource, ResourceExt};
 use roam_network::annotation::{ADDRESSES, addresses_annotation};
 use serde_json::json;
 
-use super::{Context, ERROR_ANNOTATION, NETWORK_LABEL, POD_ANNOTATION, ovn};
+use super::{Context, ERROR_ANNOTATION, NETWORK_LABEL, POD_ANNOTATION, Tentative, ovn};
 use crate::api::Address;
 use crate::core::claim::{
     Resolved, Step, claimed, decide, new_address_name, owner_key, pod_addresses, pool_address,
@@ -266,22 +266,6 @@ impl Drop for Inflight {
     }
 }
 
-/// A claim being written, shown to the OVN syncer until the write is done.
-struct Tentative {
-    ctx: Arc<Context>,
-    name: String,
-}
-
-impl Drop for Tentative {
-    fn drop(&mut self) {
-        self.ctx
-            .tentative
-            .lock()
-            .expect("tentative lock")
-            .remove(&self.name);
-    }
-}
-
 /// Claim or reuse the Address of one interface.
 pub(super) async fn claim(
     ctx: &Arc<Context>,
@@ -389,16 +373,7 @@ async fn claim_pipelined(
             .insert(POD_ANNOTATION.into(), pod.into());
         let name = obj.metadata.name.clone().unwrap_or_default();
         let ip: Option<Ipv4Addr> = obj.spec.ip.parse().ok();
-        let tentative = (!moving).then(|| {
-            ctx.tentative
-                .lock()
-                .expect("tentative lock")
-                .insert(name.clone(), Arc::new(obj.clone()));
-            Tentative {
-                ctx: ctx.clone(),
-                name: name.clone(),
-            }
-        });
+        let tentative = (!moving).then(|| Tentative::show(ctx, obj.clone()));
         let early = (!moving).then(|| ovn::request(ctx, &r.network.name));
         let result = match step {
             Step::Create { .. } => api.create(&PostParams::default(), &obj).await,

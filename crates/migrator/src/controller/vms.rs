@@ -30,7 +30,9 @@ use crate::api::{
     VirtualMachineMigrationSpec, VirtualMachineStatus, VmPhase, parse_migrate_to,
 };
 use crate::core::claim::VM_LABEL;
-use crate::core::vm::{PortBook, VmNic, interface_status, nics as vm_nics, resolve_vm};
+use crate::core::vm::{
+    PortBook, VmNic, account_resets, interface_status, nics as vm_nics, resolve_vm,
+};
 use crate::error::{Error, Result};
 
 /// The label that marks a VM's launcher pod (value `true`).
@@ -594,9 +596,15 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action>
     st.observed_generation = gen_;
     st.interfaces = interface_status(&nics);
     // running: the shim answers and its domain runs
+    let mut new_resets = 0;
     let running = if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
         match client(&vm, &node_ip, port, &token)?.status().await {
-            Ok(s) => s.domain == DomainState::Running,
+            Ok(s) => {
+                let (record, new) = account_resets(st.guest_resets.as_ref(), &pod_name, s.resets);
+                st.guest_resets = record;
+                new_resets = new;
+                s.domain == DomainState::Running
+            }
             Err(e) => {
                 tracing::debug!(vm = %key, error = %e, "shim not answering yet");
                 false
@@ -630,6 +638,20 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action>
         );
     }
     patch_status(&ctx, &vm, &st).await?;
+    if new_resets > 0 {
+        let total = st.guest_resets.as_ref().map_or(new_resets, |r| r.total);
+        tracing::warn!(vm = %key, %node, new_resets, total, "the guest reset");
+        ctx.event(
+            vm.object_ref(&()),
+            true,
+            "GuestReset",
+            "Observe",
+            format!(
+                "the guest on {node} reset {} ({total} in all): it rebooted, panicked (panic=N) or was reset from outside, and what ran in it is gone; its console log says why",
+                if new_resets == 1 { "once".to_string() } else { format!("{new_resets} times") }
+            ),
+        );
+    }
     if was != VmPhase::Running && st.phase == VmPhase::Running {
         ctx.event(
             vm.object_ref(&()),

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::claim::{Resolved, held_by, ovn_port, resolve};
 use super::network::NetworkPlan;
-use crate::api::{Address, NetworkMode, VirtualMachineSpec, VmInterfaceStatus};
+use crate::api::{Address, GuestResets, NetworkMode, VirtualMachineSpec, VmInterfaceStatus};
 use crate::error::{Error, Result};
 use crate::migration::RouteAt;
 
@@ -454,6 +454,33 @@ pub fn flipped_in_pause(addrs: &[Placement]) -> Vec<String> {
         .filter(|p| p.attach == Attach::Overlay)
         .map(|p| p.address.clone())
         .collect()
+}
+
+/// Account the guest resets a launcher's shim reports (`shim_count` from the shim on `pod`)
+/// against what status recorded: the new record and how many resets are new. A shim counts
+/// from its own start, so a new pod (a migration) or a lower count on the same pod (the shim
+/// restarted) starts a new count. `None` while no reset was ever seen.
+pub fn account_resets(
+    before: Option<&GuestResets>,
+    pod: &str,
+    shim_count: u64,
+) -> (Option<GuestResets>, u64) {
+    let (total, new) = match before {
+        None => (0, shim_count),
+        Some(b) if b.pod == pod && shim_count >= b.shim_count => {
+            (b.total, shim_count - b.shim_count)
+        }
+        Some(b) => (b.total, shim_count),
+    };
+    if before.is_none() && new == 0 {
+        return (None, 0);
+    }
+    let record = GuestResets {
+        total: total + new,
+        pod: pod.to_string(),
+        shim_count,
+    };
+    (Some(record), new)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //! between. A reconcile of the plan with the address on Y afterwards has nothing to do.
 
 use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -54,6 +55,30 @@ pub async fn flip_route(
     from: &NodeSpec,
     to: &NodeSpec,
 ) -> Result<Flip> {
+    Ok(flip(client, network, ip, from, to, false).await?.0)
+}
+
+/// [`flip_route`], and the same transaction bumps `NB_Global:nb_cfg` (the mechanism of
+/// `ovn-nbctl --wait=hv`): the number it returns (none when nothing moved) is the one
+/// [`wait_for_chassis`] waits for, to tell when every chassis has the flip in its data plane.
+pub async fn flip_route_marked(
+    client: &Client,
+    network: &str,
+    ip: Ipv4Addr,
+    from: &NodeSpec,
+    to: &NodeSpec,
+) -> Result<(Flip, Option<i64>)> {
+    flip(client, network, ip, from, to, true).await
+}
+
+async fn flip(
+    client: &Client,
+    network: &str,
+    ip: Ipv4Addr,
+    from: &NodeSpec,
+    to: &NodeSpec,
+    mark: bool,
+) -> Result<(Flip, Option<i64>)> {
     let prefix = format!("{ip}/32");
     let invalid = |reason: String| Error::InvalidTopology {
         network: network.to_string(),
@@ -86,7 +111,7 @@ pub async fn flip_route(
     };
     let fabric_hop = fabric["nexthop"].as_str().unwrap_or_default();
     if fabric_hop == to.join_ip.to_string() && local_to.is_some() && local_from.is_none() {
-        return Ok(Flip::AlreadyThere);
+        return Ok((Flip::AlreadyThere, None));
     }
     if fabric_hop != from.join_ip.to_string() {
         return Err(invalid(format!(
@@ -158,10 +183,59 @@ pub async fn flip_route(
             )],
         ));
     }
+    let marked_at = mark.then(|| {
+        txn.push(ops::mutate(
+            "NB_Global",
+            vec![],
+            vec![ops::mutation("nb_cfg", "+=", json!(1))],
+        ));
+        txn.push(ops::select("NB_Global", vec![], Some(&["nb_cfg"])));
+        txn.len() - 1
+    });
     txn.push(ops::comment(&format!(
         "roam: route flip {prefix} {} -> {}",
         from.name, to.name
     )));
-    client.transact(DB, txn).await?;
-    Ok(Flip::Moved)
+    let done = client.transact(DB, txn).await?;
+    let nb_cfg = match marked_at {
+        Some(i) => Some(done[i]["rows"][0]["nb_cfg"].as_i64().ok_or_else(|| {
+            Error::Protocol(format!(
+                "NB_Global has no nb_cfg after bumping it: {}",
+                done[i]
+            ))
+        })?),
+        None => None,
+    };
+    Ok((Flip::Moved, nb_cfg))
+}
+
+/// How often [`wait_for_chassis`] looks at `hv_cfg`.
+const SYNC_POLL: Duration = Duration::from_millis(2);
+
+/// Wait until every chassis has applied northbound change `nb_cfg` (from
+/// [`flip_route_marked`]): ovn-northd reports in `NB_Global:hv_cfg` the oldest change that
+/// every ovn-controller has put in its switch. How long it took; [`Error::NotSynced`] after
+/// `timeout`.
+pub async fn wait_for_chassis(client: &Client, nb_cfg: i64, timeout: Duration) -> Result<Duration> {
+    let started = Instant::now();
+    loop {
+        let got = client
+            .transact(
+                DB,
+                vec![ops::select("NB_Global", vec![], Some(&["hv_cfg"]))],
+            )
+            .await?;
+        let hv = got[0]["rows"][0]["hv_cfg"].as_i64().unwrap_or_default();
+        if hv >= nb_cfg {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() >= timeout {
+            return Err(Error::NotSynced {
+                nb_cfg,
+                hv_cfg: hv,
+                waited_ms: started.elapsed().as_millis() as u64,
+            });
+        }
+        tokio::time::sleep(SYNC_POLL).await;
+    }
 }

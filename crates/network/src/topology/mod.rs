@@ -51,7 +51,7 @@ mod reconcile;
 mod underlay;
 
 pub use egress::{EgressSpec, egress_router_name};
-pub use flip::{Flip, flip_route};
+pub use flip::{Flip, flip_route, flip_route_marked, wait_for_chassis};
 pub use mgmt::{HostRoute, MgmtConfig, MgmtPort, mgmt_config, mgmt_port_name};
 pub use overlay::{
     LogicalRouter, LogicalSwitch, NodeSpec, OverlayExtras, OverlaySpec, PlanError, PortSpec,

@@ -387,3 +387,32 @@ fn two_vms_picked_at_once_never_share_a_shim_port() {
     assert_eq!(small.pick("y", 0, (1, 1), &none), None);
     assert_eq!(small.pick("y", 0, (2, 1), &none), None, "an empty range");
 }
+
+#[test]
+fn guest_resets_are_counted_per_shim_and_summed_over_pods() {
+    let at = |total, pod: &str, shim_count| GuestResets {
+        total,
+        pod: pod.into(),
+        shim_count,
+    };
+    // nothing seen, nothing recorded
+    assert_eq!(account_resets(None, "p1", 0), (None, 0));
+    // the first reset
+    let (r, new) = account_resets(None, "p1", 1);
+    assert_eq!((r.clone(), new), (Some(at(1, "p1", 1)), 1));
+    // the same count again: nothing new
+    assert_eq!(account_resets(r.as_ref(), "p1", 1), (r.clone(), 0));
+    // two more on the same shim
+    let (r, new) = account_resets(r.as_ref(), "p1", 3);
+    assert_eq!((r.clone(), new), (Some(at(3, "p1", 3)), 2));
+    // migrated: the target's shim counts from 0
+    assert_eq!(
+        account_resets(r.as_ref(), "p2", 0),
+        (Some(at(3, "p2", 0)), 0)
+    );
+    let (r, new) = account_resets(r.as_ref(), "p2", 1);
+    assert_eq!((r.clone(), new), (Some(at(4, "p2", 1)), 1));
+    // the shim restarted in its pod (lower count): its count is new
+    let (r, new) = account_resets(Some(&at(4, "p2", 5)), "p2", 2);
+    assert_eq!((r, new), (Some(at(6, "p2", 2)), 2));
+}
