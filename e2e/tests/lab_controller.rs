@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use roam_e2e::{
     ControllerProcess, Lab, LabNetwork, TestNetns, apply_crds, kubectl, nbctl, plug_netns,
-    try_kubectl, try_run, wait_until,
+    try_kubectl, try_run, wait_until, wait_until_else,
 };
 use serde_json::{Value, json};
 
@@ -228,6 +228,45 @@ fn wait_published(lab: &Lab, ctl: &ControllerProcess, ns: &str, name: &str) -> V
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// The NB row UUID of logical switch port `name` (panics when it does not exist).
+fn lsp_uuid(lab: &Lab, name: &str) -> String {
+    let out = nbctl(
+        lab,
+        &[
+            "--bare",
+            "--columns=_uuid",
+            "find",
+            "Logical_Switch_Port",
+            &format!("name={name}"),
+        ],
+    );
+    let uuid = out.trim().to_string();
+    assert!(!uuid.is_empty(), "no logical switch port {name}");
+    uuid
+}
+
+/// The NB row UUIDs of the static routes for these /32s (sorted; panics when there are none).
+fn route_uuids(lab: &Lab, ips: &[&str]) -> Vec<String> {
+    let mut all = Vec::new();
+    for ip in ips {
+        let out = nbctl(
+            lab,
+            &[
+                "--bare",
+                "--columns=_uuid",
+                "find",
+                "Logical_Router_Static_Route",
+                &format!("ip_prefix=\"{ip}/32\""),
+            ],
+        );
+        let found: Vec<String> = out.split_whitespace().map(str::to_string).collect();
+        assert!(!found.is_empty(), "no static route for {ip}/32");
+        all.extend(found);
+    }
+    all.sort();
+    all
 }
 
 /// `MAC IP` and the options of a logical switch port, if it exists.
@@ -590,6 +629,16 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
         !metrics.contains("roam_claim_duration_seconds_count 0"),
         "{metrics}"
     );
+    // the live workloads' OVN rows, which a new leader must leave alone (same UUIDs: never
+    // removed and put back — a leader that planned the network before listing its Addresses
+    // deleted them for ~0.4 s)
+    let live_ports = [
+        web2["port"].as_str().unwrap().to_string(),
+        cli["port"].as_str().unwrap().to_string(),
+        dst["port"].as_str().unwrap().to_string(),
+    ];
+    let rows_before: Vec<String> = live_ports.iter().map(|p| lsp_uuid(&lab, p)).collect();
+    let routes_before = route_uuids(&lab, &[&web_ip, &vm_ip]);
     drop(c2);
     wait_until(LONG, "c3 leads after c2 died", || {
         (lease_holder(&lab, ns, "h5-life-ctl").as_deref() == Some("h5-life-c3")).then_some(())
@@ -607,14 +656,39 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
             r#"{"spec":{"reclaimGraceSeconds":3}}"#,
         ],
     );
-    wait_until(LONG, "db's address reclaimed", || {
-        let gone = address(&lab, &db_addr).is_none_or(|a| a["spec"]["owner"] != "h5-life-db");
-        gone.then_some(())
-    });
+    wait_until_else(
+        LONG,
+        "db's address reclaimed",
+        || {
+            let gone = address(&lab, &db_addr).is_none_or(|a| a["spec"]["owner"] != "h5-life-db");
+            gone.then_some(())
+        },
+        || {
+            format!(
+                "db's Address: {}\nthe Network: {}\nc3's log:\n{}",
+                address(&lab, &db_addr).unwrap_or_default(),
+                try_kubectl(&lab, &["get", "network", net, "-o", "json"]).unwrap_or_default(),
+                c3.log_tail(80)
+            )
+        },
+    );
     let a = address(&lab, &web_addr).unwrap();
     assert_eq!(
         (a["spec"]["owner"].as_str(), a["spec"]["deleted"].as_bool()),
         (Some("h5-life-web"), Some(false))
+    );
+    let rows_after: Vec<String> = live_ports.iter().map(|p| lsp_uuid(&lab, p)).collect();
+    assert_eq!(
+        rows_after,
+        rows_before,
+        "the live ports {live_ports:?} were replaced at the leader change; c3's log:\n{}",
+        c3.log_tail(40)
+    );
+    assert_eq!(
+        route_uuids(&lab, &[&web_ip, &vm_ip]),
+        routes_before,
+        "the live routes were replaced at the leader change; c3's log:\n{}",
+        c3.log_tail(40)
     );
     drop(c3);
 }

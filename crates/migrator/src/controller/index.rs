@@ -40,6 +40,11 @@ pub struct Index {
     pub synced: [bool; 3],
     /// The Network watch has listed.
     pub networks_listed: bool,
+    /// Whose Addresses the Address watch has listed: `None` before its first list,
+    /// `Some(None)` every Network's (no Network selector), `Some(Some(set))` those Networks'.
+    /// A Network outside it is not reconciled in OVN: its plan without its Addresses would
+    /// remove its workloads' ports and routes.
+    pub addresses_listed: Option<Option<BTreeSet<String>>>,
     changed: HashMap<String, std::time::Instant>,
 }
 
@@ -136,6 +141,15 @@ impl Index {
         self.by_network.clear();
         for a in list.into_iter().chain(keep) {
             self.upsert(a);
+        }
+    }
+
+    /// Whether `network`'s Addresses are listed (see [`Index::addresses_listed`]).
+    pub fn addresses_listed_for(&self, network: &str) -> bool {
+        match &self.addresses_listed {
+            None => false,
+            Some(None) => true,
+            Some(Some(set)) => set.contains(network),
         }
     }
 
@@ -282,5 +296,19 @@ mod tests {
         assert!(i.of_network("other").is_empty());
         i.retain_networks(&BTreeSet::new());
         assert!(i.address("x").is_none());
+    }
+
+    #[test]
+    fn a_network_is_reconcilable_only_once_its_addresses_are_listed() {
+        let mut idx = Index::default();
+        assert!(!idx.addresses_listed_for("n"), "before the first list");
+        idx.addresses_listed = Some(Some(["n".to_string()].into()));
+        assert!(idx.addresses_listed_for("n"));
+        assert!(
+            !idx.addresses_listed_for("m"),
+            "a Network added to the managed set waits for its list"
+        );
+        idx.addresses_listed = Some(None);
+        assert!(idx.addresses_listed_for("m"), "no selector: every Network");
     }
 }

@@ -103,6 +103,11 @@ struct Known {
 }
 
 async fn sync_loop(ctx: Arc<Context>, network: String, s: std::sync::Weak<OvnSync>) {
+    // nothing is reconciled from a partial index: a controller that has listed the Networks
+    // but not yet the Addresses would plan the network without its workloads and remove their
+    // ports and routes (seen on the lab at every leader change: 3 ports and 7 routes of live
+    // pods deleted, then put back ~0.4 s later when the Addresses were listed)
+    ctx.wait_synced().await;
     let mut known: Option<Known> = None;
     loop {
         let Some(me) = s.upgrade() else { return };
@@ -114,6 +119,19 @@ async fn sync_loop(ctx: Arc<Context>, network: String, s: std::sync::Weak<OvnSyn
             continue;
         }
         tokio::time::sleep(ctx.config.ovn_debounce).await;
+        if !ctx
+            .index
+            .lock()
+            .expect("index lock")
+            .addresses_listed_for(&network)
+        {
+            // a Network just added to the managed set: its Addresses' watch is listing.
+            // Planned without them, the network would lose its workloads' rows; the request
+            // stays pending (its waiters keep waiting) until the list lands.
+            drop(me);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
         let target = me.requested.load(Ordering::SeqCst);
         let full = me.full.swap(false, Ordering::SeqCst);
         drop(me);

@@ -50,6 +50,7 @@ pub(super) async fn addresses(ctx: Arc<Context>) {
                     let mut idx = ctx.index.lock().expect("index lock");
                     idx.relist(Vec::new());
                     idx.retain_networks(&names);
+                    idx.addresses_listed = Some(Some(names.clone()));
                 }
                 mark_synced(&ctx, 0);
                 if managed.changed().await.is_err() {
@@ -95,15 +96,22 @@ async fn watch_addresses(
             Ok(Some(watcher::Event::InitDone)) => {
                 let list = std::mem::take(&mut init);
                 tracing::info!(addresses = list.len(), "addresses listed");
-                {
+                let networks: Vec<String> = {
                     let mut idx = ctx.index.lock().expect("index lock");
                     idx.relist(list);
                     if let Some(scope) = scope {
                         idx.retain_networks(scope);
                     }
-                }
+                    idx.addresses_listed = Some(scope.cloned());
+                    idx.networks.keys().cloned().collect()
+                };
                 mark_synced(ctx, 0);
                 ctx.pool_kick.notify_one();
+                // the Networks held back for want of their Addresses (and every other: a
+                // re-list may carry changes the watch missed)
+                for n in networks {
+                    super::ovn::request(ctx, &n);
+                }
             }
             Ok(None) => return,
             Err(e) => tracing::warn!(error = %e, "address watch failed; retrying"),
