@@ -392,6 +392,65 @@ fn phase_spans(st: &Value, annotated: f64) -> Spans {
     spans
 }
 
+/// How the target launcher pod `pod` on `node` started ([`roam_e2e::startlog::pod_start`]
+/// over the node's kubelet and containerd logs and the shim's own log): each step's time
+/// after the previous one (ms), from `created` (the TargetScheduling transition: the
+/// controller created the pod) to `ready` (TargetReady: the controller's poll got the
+/// shim's answer).
+fn launcher_start(lab: &Lab, node: &str, pod: &str, created: f64, ready: f64) -> Spans {
+    let dir = lab.dir().join(node);
+    let read = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap_or_default();
+    let shim_log = std::fs::read_dir(dir.join("fs_var_log_pods"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{NS}_{pod}_"))
+        })
+        .map(|e| read(e.path().join("shim/0.log")))
+        .unwrap_or_default();
+    let year = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y")
+        .to_string()
+        .parse()
+        .unwrap_or(2026);
+    let mut steps = roam_e2e::startlog::pod_start(
+        &read(dir.join("logs/kubelet.log")),
+        &read(dir.join("logs/containerd.log")),
+        &shim_log,
+        (NS, pod, "shim"),
+        "serving the migration API",
+        year,
+    );
+    steps.push(("TargetReady", ready));
+    let mut last = created;
+    steps
+        .into_iter()
+        .map(|(name, t)| {
+            let span = (name.to_string(), (t - last) * 1000.0);
+            last = t;
+            span
+        })
+        .collect()
+}
+
+/// When the migration entered `phase` (Unix seconds), from `status.phaseTransitions`.
+fn entered(st: &Value, phase: &str) -> Option<f64> {
+    st["phaseTransitions"]
+        .as_array()?
+        .iter()
+        .find(|t| t["phase"] == phase)
+        .and_then(|t| {
+            t["time"]
+                .as_str()?
+                .parse::<k8s_openapi::jiff::Timestamp>()
+                .ok()
+        })
+        .map(|ts| ts.as_microsecond() as f64 / 1e6)
+}
+
 /// The state of a guest on a node, from QEMU's monitor: run state, vCPU registers (is it
 /// halted, where), translated blocks so far (is it executing new code), local APIC (pending
 /// interrupts), and the virtio-net device's status and queues (0 RX, 1 TX: are buffers
@@ -544,7 +603,9 @@ fn main() {
     let (mut ratios, mut survived, mut overheads) = (vec![], 0, vec![]);
     // per phase step (e.g. "TargetScheduling→TargetReady"), its durations over the runs
     let mut phase_times: Vec<(String, Vec<f64>)> = vec![];
-    let mut slow: Vec<(usize, i64, Spans)> = vec![];
+    let mut slow: Vec<(usize, i64, Spans, Spans)> = vec![];
+    // the target launcher's start, step by step (kubelet, containerd, the shim's log)
+    let mut start_times: Vec<(String, Vec<f64>)> = vec![];
     // one more boot in the serial log means the guest rebooted
     let boots = || roam_e2e::guest_boots(&serial(&lab, &H8));
     let (mut booted, mut reboots) = (boots(), 0);
@@ -618,6 +679,22 @@ fn main() {
         booted = now_booted;
         let overhead = total.as_millis() as i64 - job as i64;
         let spans = phase_spans(st, annotated);
+        let start = match (
+            entered(st, "TargetScheduling"),
+            entered(st, "TargetReady"),
+            st["targetPod"].as_str(),
+        ) {
+            (Some(created), Some(ready), Some(pod)) => {
+                launcher_start(&lab, to, pod, created, ready)
+            }
+            _ => vec![],
+        };
+        for (name, ms) in &start {
+            match start_times.iter_mut().find(|(n, _)| n == name) {
+                Some((_, v)) => v.push(*ms),
+                None => start_times.push((name.clone(), vec![*ms])),
+            }
+        }
         for (name, ms) in &spans {
             match phase_times.iter_mut().find(|(n, _)| n == name) {
                 Some((_, v)) => v.push(*ms),
@@ -647,7 +724,7 @@ fn main() {
             if rebooted { "REBOOTED" } else { "ran on" }
         );
         if overhead > 2000 {
-            slow.push((i + 1, overhead, spans));
+            slow.push((i + 1, overhead, spans, start));
         }
         let resets = capture.resets(since);
         if !ok || resets > 0 || gap_ms > 1000.0 {
@@ -730,12 +807,26 @@ fn main() {
         let (m, lo, hi) = spread(v);
         println!("  {name:<32} {m:>7.0} ms ({lo:.0}–{hi:.0})");
     }
-    for (run, overhead, spans) in &slow {
-        let s: Vec<String> = spans
+    println!(
+        "\nthe target launcher's start (TargetScheduling → TargetReady), step by step, median (range):"
+    );
+    for (name, v) in &start_times {
+        let (m, lo, hi) = spread(v);
+        println!("  → {name:<30} {m:>7.0} ms ({lo:.0}–{hi:.0})");
+    }
+    let line = |spans: &Spans| {
+        spans
             .iter()
             .map(|(n, ms)| format!("{n} {ms:.0} ms"))
-            .collect();
-        println!("  run {run} (overhead {overhead} ms): {}", s.join(", "));
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for (run, overhead, spans, start) in &slow {
+        println!(
+            "  run {run} (overhead {overhead} ms): {}\n    its launcher: {}",
+            line(spans),
+            line(start)
+        );
     }
     let (rm_, rmin, rmax) = spread(&ratios);
     let (pm, _, pmax) = spread(&pause_ratios);

@@ -4,6 +4,8 @@
 //! Every test here needs the lab (`e2e/lab up`). Without it a test fails loudly and says
 //! how to start it; it never skips.
 
+pub mod startlog;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
