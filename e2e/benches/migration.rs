@@ -397,7 +397,8 @@ fn phase_spans(st: &Value, annotated: f64) -> Spans {
 /// after the previous one (ms), from `created` (the TargetScheduling transition: the
 /// controller created the pod) to `ready` (TargetReady: the controller's poll got the
 /// shim's answer).
-fn launcher_start(lab: &Lab, node: &str, pod: &str, created: f64, ready: f64) -> Spans {
+/// Also whether the kubelet's first list of a Secret of the pod was forbidden.
+fn launcher_start(lab: &Lab, node: &str, pod: &str, created: f64, ready: f64) -> (Spans, bool) {
     let dir = lab.dir().join(node);
     let read = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap_or_default();
     let shim_log = std::fs::read_dir(dir.join("fs_var_log_pods"))
@@ -416,8 +417,19 @@ fn launcher_start(lab: &Lab, node: &str, pod: &str, created: f64, ready: f64) ->
         .to_string()
         .parse()
         .unwrap_or(2026);
+    let kubelet = read(dir.join("logs/kubelet.log"));
+    // the kubelet asked for the pod's Secrets before the API server's node authorizer knew
+    // the pod: forbidden, and its reflector backs off (~1 s) before the volume can mount
+    let denied = !roam_e2e::startlog::lines_between(
+        &kubelet,
+        "Failed to watch *v1.Secret",
+        created,
+        ready,
+        year,
+    )
+    .is_empty();
     let mut steps = roam_e2e::startlog::pod_start(
-        &read(dir.join("logs/kubelet.log")),
+        &kubelet,
         &read(dir.join("logs/containerd.log")),
         &shim_log,
         (NS, pod, "shim"),
@@ -426,14 +438,15 @@ fn launcher_start(lab: &Lab, node: &str, pod: &str, created: f64, ready: f64) ->
     );
     steps.push(("TargetReady", ready));
     let mut last = created;
-    steps
+    let spans = steps
         .into_iter()
         .map(|(name, t)| {
             let span = (name.to_string(), (t - last) * 1000.0);
             last = t;
             span
         })
-        .collect()
+        .collect();
+    (spans, denied)
 }
 
 /// When the migration entered `phase` (Unix seconds), from `status.phaseTransitions`.
@@ -603,9 +616,11 @@ fn main() {
     let (mut ratios, mut survived, mut overheads) = (vec![], 0, vec![]);
     // per phase step (e.g. "TargetScheduling→TargetReady"), its durations over the runs
     let mut phase_times: Vec<(String, Vec<f64>)> = vec![];
-    let mut slow: Vec<(usize, i64, Spans, Spans)> = vec![];
+    let mut slow: Vec<(usize, i64, Spans, Spans, bool)> = vec![];
     // the target launcher's start, step by step (kubelet, containerd, the shim's log)
     let mut start_times: Vec<(String, Vec<f64>)> = vec![];
+    // runs whose target kubelet was refused its first list of the pod's Secret
+    let mut denials = 0;
     // one more boot in the serial log means the guest rebooted
     let boots = || roam_e2e::guest_boots(&serial(&lab, &H8));
     let (mut booted, mut reboots) = (boots(), 0);
@@ -687,8 +702,10 @@ fn main() {
             (Some(created), Some(ready), Some(pod)) => {
                 launcher_start(&lab, to, pod, created, ready)
             }
-            _ => vec![],
+            _ => (vec![], false),
         };
+        let (start, denied) = start;
+        denials += denied as usize;
         for (name, ms) in &start {
             match start_times.iter_mut().find(|(n, _)| n == name) {
                 Some((_, v)) => v.push(*ms),
@@ -724,7 +741,7 @@ fn main() {
             if rebooted { "REBOOTED" } else { "ran on" }
         );
         if overhead > 2000 {
-            slow.push((i + 1, overhead, spans, start));
+            slow.push((i + 1, overhead, spans, start, denied));
         }
         let resets = capture.resets(since);
         if !ok || resets > 0 || gap_ms > 1000.0 {
@@ -821,11 +838,20 @@ fn main() {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    for (run, overhead, spans, start) in &slow {
+    println!(
+        "  in {denials} of {runs} runs the target's kubelet was first refused the pod's Secret \
+         (the API server's node authorizer did not know the pod yet)"
+    );
+    for (run, overhead, spans, start, denied) in &slow {
         println!(
-            "  run {run} (overhead {overhead} ms): {}\n    its launcher: {}",
+            "  run {run} (overhead {overhead} ms): {}\n    its launcher: {}{}",
             line(spans),
-            line(start)
+            line(start),
+            if *denied {
+                "; its Secret list was forbidden first"
+            } else {
+                ""
+            }
         );
     }
     let (rm_, rmin, rmax) = spread(&ratios);

@@ -81,6 +81,20 @@ pub fn pod_start(
     steps
 }
 
+/// The lines of `text` containing `needle` and logged between `from` and `to` (Unix seconds).
+pub fn lines_between<'a>(
+    text: &'a str,
+    needle: &str,
+    from: f64,
+    to: f64,
+    year: i16,
+) -> Vec<&'a str> {
+    text.lines()
+        .filter(|l| l.contains(needle))
+        .filter(|l| log_time(l, year).is_some_and(|t| t >= from && t <= to))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +158,17 @@ time="2026-12-02T04:43:31.010000000Z" level=info msg="StartContainer for \"ca99d
         assert_eq!(ms(2), 392.0);
         assert_eq!(ms(4), 613.0);
         assert_eq!(ms(6), 723.0);
+    }
+
+    #[test]
+    fn lines_are_picked_by_text_and_time() {
+        let t0 = log_time(KUBELET.lines().nth(1).unwrap(), 2026).unwrap();
+        assert_eq!(
+            lines_between(KUBELET, "SyncLoop (ADD", t0, t0 + 1.0, 2026).len(),
+            1,
+            "web's ADD is 3.5 s earlier"
+        );
+        assert!(lines_between(KUBELET, "no such text", 0.0, f64::MAX, 2026).is_empty());
     }
 
     #[test]

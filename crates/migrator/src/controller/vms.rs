@@ -233,6 +233,10 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
             "priorityClassName": cfg.priority_class,
             "hostNetwork": true,
             "dnsPolicy": "ClusterFirstWithHostNet",
+            // the shim never calls the API server: no ServiceAccount token to mount. Each
+            // Secret a new pod mounts is one more race its node's kubelet can lose against
+            // the API server's node authorizer (forbidden, then ~1 s of reflector backoff)
+            "automountServiceAccountToken": false,
             "restartPolicy": "Always",
             "terminationGracePeriodSeconds": 30,
             "containers": [{
@@ -875,6 +879,7 @@ mod tests {
         let spec = p.spec.unwrap();
         assert_eq!(spec.node_name.as_deref(), Some("node-a"));
         assert_eq!(spec.host_network, Some(true));
+        assert_eq!(spec.automount_service_account_token, Some(false));
         let args = spec.containers[0].args.clone().unwrap();
         let get = |k: &str| {
             let i = args.iter().position(|a| a == &format!("--{k}")).unwrap();
