@@ -423,7 +423,8 @@ fn launcher_start(lab: &Lab, node: &str, pod: &str, created: f64, ready: f64) ->
     let denied = !roam_e2e::startlog::lines_between(
         &kubelet,
         "Failed to watch *v1.Secret",
-        created,
+        // the kubelet sees the pod a few ms before the controller records TargetScheduling
+        created - 1.0,
         ready,
         year,
     )
