@@ -93,6 +93,10 @@ EOF
   ]
 }
 EOF
+  case ${ROAM_LAB_SECRET_STRATEGY:-Watch} in
+    Watch|Get|Cache) ;;
+    *) die "ROAM_LAB_SECRET_STRATEGY=$ROAM_LAB_SECRET_STRATEGY: expected Watch, Get or Cache" ;;
+  esac
   cat > "$d/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -112,6 +116,10 @@ failSwapOn: false
 makeIPTablesUtilChains: false
 clusterDomain: cluster.local
 serializeImagePulls: false
+# how the kubelet fetches a pod's Secrets and ConfigMaps: Watch (its default: a reflector per
+# object; a first list the node authorizer refuses costs ~1.8 s before the mount) or Get
+# (ROAM_LAB_SECRET_STRATEGY=Get, for measuring what that race costs with a plain GET)
+configMapAndSecretChangeDetectionStrategy: ${ROAM_LAB_SECRET_STRATEGY:-Watch}
 nodeStatusUpdateFrequency: 2s
 nodeStatusReportFrequency: 1m
 imageGCHighThresholdPercent: 100
