@@ -373,23 +373,42 @@ async fn migrate_timed(client: &kube::Client, to: &str) -> (Value, Duration, f64
 /// A migration's phase steps and their durations in ms.
 type Spans = Vec<(String, f64)>;
 
+/// The migration's phase transitions: each phase and when it was entered (Unix seconds).
+fn transitions(st: &Value) -> Vec<(String, f64)> {
+    st["phaseTransitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            let ts: k8s_openapi::jiff::Timestamp = t["time"].as_str()?.parse().ok()?;
+            Some((
+                t["phase"].as_str()?.to_string(),
+                ts.as_microsecond() as f64 / 1e6,
+            ))
+        })
+        .collect()
+}
+
 /// Where a migration's time went: from the annotation (`annotated`, Unix seconds) to its
 /// first recorded phase, then from each phase to the next (`status.phaseTransitions`), in ms.
 fn phase_spans(st: &Value, annotated: f64) -> Spans {
     let mut spans = Vec::new();
     let (mut last, mut from) = (annotated, "annotate".to_string());
-    for t in st["phaseTransitions"].as_array().into_iter().flatten() {
-        let (Some(phase), Some(at)) = (t["phase"].as_str(), t["time"].as_str()) else {
-            continue;
-        };
-        let Ok(ts) = at.parse::<k8s_openapi::jiff::Timestamp>() else {
-            continue;
-        };
-        let at = ts.as_microsecond() as f64 / 1e6;
+    for (phase, at) in transitions(st) {
         spans.push((format!("{from}→{phase}"), (at - last) * 1000.0));
-        (last, from) = (at, phase.to_string());
+        (last, from) = (at, phase);
     }
     spans
+}
+
+/// Add each span of one run to its step's list over the runs.
+fn gather(all: &mut Vec<(String, Vec<f64>)>, spans: &Spans) {
+    for (name, ms) in spans {
+        match all.iter_mut().find(|(n, _)| n == name) {
+            Some((_, v)) => v.push(*ms),
+            None => all.push((name.clone(), vec![*ms])),
+        }
+    }
 }
 
 /// How the target launcher pod `pod` on `node` started ([`roam_e2e::startlog::pod_start`]
@@ -448,21 +467,6 @@ fn launcher_start(lab: &Lab, node: &str, pod: &str, created: f64, ready: f64) ->
         })
         .collect();
     (spans, denied)
-}
-
-/// When the migration entered `phase` (Unix seconds), from `status.phaseTransitions`.
-fn entered(st: &Value, phase: &str) -> Option<f64> {
-    st["phaseTransitions"]
-        .as_array()?
-        .iter()
-        .find(|t| t["phase"] == phase)
-        .and_then(|t| {
-            t["time"]
-                .as_str()?
-                .parse::<k8s_openapi::jiff::Timestamp>()
-                .ok()
-        })
-        .map(|ts| ts.as_microsecond() as f64 / 1e6)
 }
 
 /// The state of a guest on a node, from QEMU's monitor: run state, vCPU registers (is it
@@ -695,9 +699,15 @@ fn main() {
         booted = now_booted;
         let overhead = total.as_millis() as i64 - job as i64;
         let spans = phase_spans(st, annotated);
+        let entered = |phase: &str| {
+            transitions(st)
+                .into_iter()
+                .find(|(p, _)| p == phase)
+                .map(|(_, t)| t)
+        };
         let start = match (
-            entered(st, "TargetScheduling"),
-            entered(st, "TargetReady"),
+            entered("TargetScheduling"),
+            entered("TargetReady"),
             st["targetPod"].as_str(),
         ) {
             (Some(created), Some(ready), Some(pod)) => {
@@ -707,18 +717,8 @@ fn main() {
         };
         let (start, denied) = start;
         denials += denied as usize;
-        for (name, ms) in &start {
-            match start_times.iter_mut().find(|(n, _)| n == name) {
-                Some((_, v)) => v.push(*ms),
-                None => start_times.push((name.clone(), vec![*ms])),
-            }
-        }
-        for (name, ms) in &spans {
-            match phase_times.iter_mut().find(|(n, _)| n == name) {
-                Some((_, v)) => v.push(*ms),
-                None => phase_times.push((name.clone(), vec![*ms])),
-            }
-        }
+        gather(&mut start_times, &start);
+        gather(&mut phase_times, &spans);
         ratios.push(ratio);
         overheads.push(overhead);
         survived += ok as usize;

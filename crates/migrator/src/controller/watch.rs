@@ -107,8 +107,8 @@ async fn watch_addresses(
                 };
                 mark_synced(ctx, 0);
                 ctx.pool_kick.notify_one();
-                // the Networks held back for want of their Addresses (and every other: a
-                // re-list may carry changes the watch missed)
+                // a re-list may carry changes the watch missed: reconcile every Network
+                // (a syncer held back for want of these Addresses goes on by itself)
                 for n in networks {
                     super::ovn::request(ctx, &n);
                 }
