@@ -3,7 +3,8 @@
 //!
 //! - [`api`]: the endpoints, request/answer types and request validation (pure);
 //! - [`events`]: the domain's lifecycle events in the migrator's words (pure);
-//! - [`client`]: an async HTTP/1.1 client of the API.
+//! - [`client`]: an async HTTP/1.1 client of the API;
+//! - [`token`]: the VM's API token as a shim checks it (its SHA-256 digest).
 //!
 //! The server, the libvirt runtime and the mapping from libvirt's codes live in
 //! `roam-vm-shim`.
@@ -13,5 +14,6 @@ pub mod api;
 pub mod client;
 mod error;
 pub mod events;
+pub mod token;
 
 pub use error::{Error, Result};

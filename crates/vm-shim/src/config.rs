@@ -3,6 +3,10 @@
 //! spec, that the kernel/initrd/disk exist, the token file, the addresses — before the shim
 //! touches libvirt, OVS or the kernel: a bad config creates nothing.
 //!
+//! The API token is given either as a file holding it (`--token-file`) or as its SHA-256 digest
+//! (`--token-sha256`, 64 hex digits): the shim only checks tokens, so the digest is enough, and
+//! a launcher pod that carries it mounts no Secret (see [`roam_shim_api::token`]).
+//!
 //! ```text
 //! roam-shim --config /etc/roam/vm.json --listen 0.0.0.0:17001
 //! roam-shim --name vm1 --vcpus 1 --memory-mib 256 --kernel /guest/vmlinuz \
@@ -23,6 +27,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
+
+use roam_shim_api::token::TokenDigest;
 
 use crate::domain::Accel;
 use crate::spec::{Boot, Nic, VmSpec};
@@ -65,7 +71,10 @@ struct RawConfig {
     #[serde(default = "default_bridge")]
     bridge: String,
     listen: String,
-    token_file: PathBuf,
+    #[serde(default)]
+    token_file: Option<PathBuf>,
+    #[serde(default)]
+    token_sha256: Option<String>,
     state_file: PathBuf,
     mode: Mode,
     #[serde(default)]
@@ -152,8 +161,8 @@ pub struct ShimConfig {
     pub bridge: String,
     /// The API's listen address.
     pub listen: SocketAddr,
-    /// The API token (read from the token file).
-    pub token: String,
+    /// The digest of the API token (of the token file's token, or `--token-sha256`).
+    pub token: TokenDigest,
     /// Where the shim records that it booted its VM.
     pub state_file: PathBuf,
     /// Boot or wait for an incoming migration.
@@ -223,7 +232,7 @@ pub fn merge(file_json: Option<&str>, flags: &[String]) -> Result<Map<String, Va
 }
 
 /// Turn the merged config into a [`ShimConfig`] without I/O: field syntax and the VM spec.
-/// The token is given by the caller (read from `token_file`).
+/// A token file is read by the caller's `read_token`.
 fn build(
     map: Map<String, Value>,
     read_token: impl FnOnce(&Path) -> Result<String>,
@@ -305,7 +314,18 @@ fn build(
             raw.state_file.display()
         )));
     }
-    let token = read_token(&raw.token_file)?;
+    let token = match (&raw.token_file, &raw.token_sha256) {
+        (Some(file), None) => TokenDigest::of(&read_token(file)?),
+        (None, Some(hex)) => {
+            TokenDigest::parse_hex(hex).map_err(|e| config_err(format!("token_sha256: {e}")))?
+        }
+        _ => {
+            return Err(config_err(
+                "give exactly one of token_file (a file holding the VM's API token) and \
+                 token_sha256 (the token's SHA-256 digest, 64 hex digits)",
+            ));
+        }
+    };
     Ok(ShimConfig {
         vm,
         ovn_ports: raw_nics.into_iter().map(|n| n.ovn_port).collect(),
@@ -343,7 +363,7 @@ pub fn parse_token(path: &Path, text: &str) -> Result<String> {
 }
 
 /// Load and check the configuration from the command line (after the program name):
-/// `--config FILE` and/or flags. Reads the config file, the token file, and checks that the
+/// `--config FILE` and/or flags. Reads the config file, the token file (if one is given), and checks that the
 /// boot files exist; touches nothing else.
 pub fn load(args: &[String]) -> Result<ShimConfig> {
     let mut file = None;
@@ -466,7 +486,8 @@ mod tests {
         assert_eq!(c.bridge, "br-int");
         assert_eq!(c.mode, Mode::Boot);
         assert_eq!(c.accel, Accel::Tcg);
-        assert_eq!(c.token, "tok");
+        assert!(c.token.matches("tok"));
+        assert!(!c.token.matches("tok2"));
         assert_eq!(c.listen.port(), 17001);
         assert_eq!(c.instance, None);
         let mut f = full_flags();
@@ -594,6 +615,40 @@ mod tests {
         assert_eq!(parse_token(p, " abc\n").unwrap(), "abc");
         assert!(parse_token(p, "\n").is_err());
         assert!(parse_token(p, "a b").is_err());
+    }
+
+    #[test]
+    fn a_token_digest_instead_of_a_token_file() {
+        let digest = TokenDigest::of("tok").to_string();
+        let mut f = full_flags();
+        let i = f.iter().position(|x| x == "--token-file").unwrap();
+        f.drain(i..i + 2);
+        f.extend(flags(&["--token-sha256", &digest]));
+        let c = build(merge(None, &f).unwrap(), |_| {
+            panic!("no token file to read")
+        })
+        .unwrap();
+        assert!(c.token.matches("tok"));
+        assert!(!c.token.matches(&digest), "the digest is not the token");
+
+        let bad = |extra: &[&str], without_file: bool| {
+            let mut f = full_flags();
+            if without_file {
+                let i = f.iter().position(|x| x == "--token-file").unwrap();
+                f.drain(i..i + 2);
+            }
+            f.extend(flags(extra));
+            merge(None, &f).and_then(build_ok).unwrap_err().to_string()
+        };
+        let both = bad(&["--token-sha256", &digest], false);
+        assert!(both.contains("exactly one of token_file"), "{both}");
+        let neither = bad(&[], true);
+        assert!(neither.contains("exactly one of token_file"), "{neither}");
+        let short = bad(&["--token-sha256", "abcd"], true);
+        assert!(
+            short.contains("token_sha256") && short.contains("64 hexadecimal"),
+            "{short}"
+        );
     }
 
     #[test]

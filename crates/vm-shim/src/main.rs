@@ -20,7 +20,8 @@ keys (JSON file or flags; a flag overrides the file):
   nics MAC/TAP/OVN-PORT,...        several NICs (eth0, eth1, ...) instead of mac tap ovn-port
   node libvirt-uri peer-libvirt-uri migration-uri                  this node
   ovs-db bridge(br-int)                                            this node's OVS
-  listen token-file state-file mode(boot|incoming) kvm             the shim
+  listen token-file|token-sha256 state-file mode(boot|incoming) kvm   the shim
+                                   (token-sha256: the token's SHA-256, 64 hex digits)
   instance                                    who runs it (echoed in /v1/status)
 ";
 

@@ -862,7 +862,7 @@ impl Shim {
 
     /// Whether `token` is the VM's token (constant time).
     pub fn token_ok(&self, token: &str) -> bool {
-        crate::auth::token_matches(&self.inner.cfg.token, token)
+        self.inner.cfg.token.matches(token)
     }
 }
 

@@ -635,6 +635,7 @@ async fn reconcile(
                         migration: Some(&mname),
                         nics: &nics,
                         port,
+                        token: &token,
                     };
                     let pod = vms::launcher_pod(&ctx.config.vm, &vm, &l)?;
                     match pods.create(&PostParams::default(), &pod).await {

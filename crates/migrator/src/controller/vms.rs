@@ -22,6 +22,7 @@ use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use roam_shim_api::api::DomainState;
 use roam_shim_api::client::ShimClient;
+use roam_shim_api::token::TokenDigest;
 use serde_json::json;
 
 use super::{Context, ovn, pods};
@@ -41,8 +42,7 @@ pub const LAUNCHER_LABEL: &str = "roam.dev/launcher";
 pub const MIGRATION_ANNOTATION: &str = "roam.dev/migration";
 /// The Secret key of a VM's shim token.
 const TOKEN_KEY: &str = "token";
-/// Where the launcher pod sees its token, its state and the node's sockets.
-const TOKEN_DIR: &str = "/var/run/roam-shim/token";
+/// Where the launcher pod keeps its state.
 const STATE_DIR: &str = "/var/lib/roam-shim";
 
 /// What the VM controller needs to build launcher pods.
@@ -99,6 +99,9 @@ pub struct LauncherSpec<'a> {
     pub nics: &'a [VmNic],
     /// The shim's API port.
     pub port: u16,
+    /// The VM's API token: the pod carries only its digest (`--token-sha256`), so it mounts
+    /// no Secret and its start never waits on the kubelet being allowed to read one.
+    pub token: &'a str,
 }
 
 /// The launcher pod of `vm` (pure).
@@ -179,7 +182,7 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
             ("peer-libvirt-uri", peer),
             ("migration-uri", format!("tcp://{}", l.node_ip)),
             ("listen", format!("{}:{}", l.node_ip, l.port)),
-            ("token-file", format!("{TOKEN_DIR}/{TOKEN_KEY}")),
+            ("token-sha256", TokenDigest::of(l.token).to_string()),
             ("state-file", format!("{STATE_DIR}/state.json")),
             ("mode", l.mode.to_string()),
             ("instance", l.pod.clone()),
@@ -195,7 +198,6 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         json!({"name": "libvirt", "hostPath": {"path": "/run/libvirt", "type": "Directory"}}),
         json!({"name": "openvswitch", "hostPath": {"path": "/run/openvswitch", "type": "Directory"}}),
         json!({"name": "logs", "hostPath": {"path": cfg.vm_log_dir, "type": "DirectoryOrCreate"}}),
-        json!({"name": "token", "secret": {"secretName": token_secret(&name)}}),
         json!({"name": "state", "emptyDir": {}}),
     ];
     let mut mounts = vec![
@@ -204,7 +206,6 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         json!({"name": "libvirt", "mountPath": "/var/run/libvirt"}),
         json!({"name": "openvswitch", "mountPath": "/run/openvswitch"}),
         json!({"name": "logs", "mountPath": cfg.vm_log_dir}),
-        json!({"name": "token", "mountPath": TOKEN_DIR, "readOnly": true}),
         json!({"name": "state", "mountPath": STATE_DIR}),
     ];
     for (i, d) in host_dirs.iter().enumerate() {
@@ -233,9 +234,10 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
             "priorityClassName": cfg.priority_class,
             "hostNetwork": true,
             "dnsPolicy": "ClusterFirstWithHostNet",
-            // the shim never calls the API server: no ServiceAccount token to mount. Each
-            // Secret a new pod mounts is one more race its node's kubelet can lose against
-            // the API server's node authorizer (forbidden, then ~1 s of reflector backoff)
+            // the shim never calls the API server: no ServiceAccount token to mount, and its
+            // own token comes as a digest on the command line. A Secret a new pod mounts is a
+            // race its node's kubelet can lose against the API server's node authorizer
+            // (forbidden, then ~1.8 s of cache timeout and mount retries before the sandbox)
             "automountServiceAccountToken": false,
             "restartPolicy": "Always",
             "terminationGracePeriodSeconds": 30,
@@ -569,6 +571,7 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action>
                 migration: None,
                 nics: &nics,
                 port,
+                token: &token,
             };
             let pod = match launcher_pod(&ctx.config.vm, &vm, &spec) {
                 Ok(p) => p,
@@ -840,6 +843,7 @@ mod tests {
             migration: None,
             nics: &nics,
             port: 17100,
+            token: "t0ken",
         };
         let p = launcher_pod(&cfg(), &vm(), &l).unwrap();
         let args = p.spec.unwrap().containers[0].args.clone().unwrap();
@@ -874,13 +878,27 @@ mod tests {
                 ..nic(0, "")
             }],
             port: 17100,
+            token: "t0ken",
         };
         let p = launcher_pod(&cfg(), &vm(), &l).unwrap();
         let spec = p.spec.unwrap();
         assert_eq!(spec.node_name.as_deref(), Some("node-a"));
         assert_eq!(spec.host_network, Some(true));
         assert_eq!(spec.automount_service_account_token, Some(false));
+        // nothing the target node's kubelet must fetch through the node authorizer
+        for v in spec.volumes.iter().flatten() {
+            assert!(
+                v.secret.is_none() && v.config_map.is_none() && v.projected.is_none(),
+                "volume {} comes from the API: {v:?}",
+                v.name
+            );
+        }
         let args = spec.containers[0].args.clone().unwrap();
+        assert!(!args.contains(&"--token-file".to_string()), "{args:?}");
+        assert!(
+            !args.iter().any(|a| a.contains("t0ken")),
+            "the token itself is not in the pod: {args:?}"
+        );
         let get = |k: &str| {
             let i = args.iter().position(|a| a == &format!("--{k}")).unwrap();
             args[i + 1].clone()
@@ -891,6 +909,7 @@ mod tests {
         assert_eq!(get("peer-libvirt-uri"), "qemu+tcp://10.0.0.1/system");
         assert_eq!(get("name"), "ns_demo");
         assert_eq!(get("mode"), "boot");
+        assert_eq!(get("token-sha256"), TokenDigest::of("t0ken").to_string());
         assert_eq!(
             get("instance"),
             "demo-launcher",
@@ -918,6 +937,7 @@ mod tests {
             migration: None,
             nics: &[nic(0, "o")],
             port: 1,
+            token: "t0ken",
         };
         assert!(matches!(
             launcher_pod(&cfg(), &v, &l),
