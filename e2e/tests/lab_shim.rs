@@ -199,13 +199,33 @@ fn live_migrate(
     assert!(replies > 0, "the guest answered ping while migrating");
     set_port_chassis(lab, &lsp, &[to.2]);
 
-    let suspended = rt
+    let source_events = rt
         .block_on(from.1.events(seq_from, Duration::ZERO))
         .unwrap()
-        .events
-        .into_iter()
-        .find(|e| e.kind == Lifecycle::SuspendedForMigration)
-        .unwrap_or_else(|| panic!("no suspended-for-migration event on {}", from.2));
+        .events;
+    let pauses: Vec<&Event> = source_events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.kind,
+                Lifecycle::SuspendedForMigration | Lifecycle::SuspendedForPostCopy
+            )
+        })
+        .collect();
+    // one pause, reported from QEMU's own STOP (ahead of libvirt's suspended event, which the
+    // shim then leaves out): the route flip is never held up by libvirt's domain lock
+    assert_eq!(
+        pauses.len(),
+        1,
+        "one pause reported on {}: {source_events:?}",
+        from.2
+    );
+    assert_eq!(
+        pauses[0].libvirt,
+        (roam_vm_shim::sys::QEMU_STOP_EVENT, 0),
+        "the pause came from QEMU's STOP: {source_events:?}"
+    );
+    let suspended = pauses[0].clone();
     let resumed = wait_until(
         Duration::from_secs(10),
         "the resumed-after-migration event on the target",

@@ -50,10 +50,13 @@ pub struct Event {
     pub seq: u64,
     /// What happened.
     pub kind: Lifecycle,
-    /// When the shim's libvirt callback ran, in nanoseconds since the Unix epoch.
+    /// When it happened, in nanoseconds since the Unix epoch: when the shim's libvirt callback
+    /// ran, or QEMU's own timestamp for QEMU's `STOP` (see `libvirt`).
     pub at_unix_ns: u64,
     /// The node of the shim that saw it.
     pub node: String,
-    /// libvirt's raw event code and detail, for diagnosis.
+    /// libvirt's raw event code and detail, for diagnosis: `(-1, 0)` a guest reset (libvirt's
+    /// reboot event), `(-2, 0)` QEMU's own `STOP` (a migration's pause, seen before libvirt's
+    /// lifecycle event; `at_unix_ns` is then QEMU's timestamp).
     pub libvirt: (i32, i32),
 }

@@ -39,6 +39,25 @@ pub fn from_libvirt(event: i32, detail: i32) -> Lifecycle {
     }
 }
 
+/// What the shim reports for a raw event (pure): libvirt's lifecycle events as
+/// [`from_libvirt`] maps them, and QEMU's own `STOP` ([`crate::sys::QEMU_STOP_EVENT`]) as the
+/// migration's pause while an outgoing migration runs (`outgoing`) — it comes before libvirt's
+/// *suspended* event for the same stop, sometimes by hundreds of ms, and the route flip waits
+/// for whichever is reported. One pause is reported once per migration (`pause_reported`):
+/// libvirt's later event for it is not reported again. `None`: nothing to report.
+pub fn report(event: i32, detail: i32, outgoing: bool, pause_reported: bool) -> Option<Lifecycle> {
+    if event == crate::sys::QEMU_STOP_EVENT {
+        // outside a migration a stop is reported by libvirt's own event, with its reason
+        return (outgoing && !pause_reported).then_some(Lifecycle::SuspendedForMigration);
+    }
+    match from_libvirt(event, detail) {
+        Lifecycle::SuspendedForMigration | Lifecycle::SuspendedForPostCopy if pause_reported => {
+            None
+        }
+        kind => Some(kind),
+    }
+}
+
 /// The API's job stats from the `virt` crate's.
 pub fn job_stats(s: &virt::domain::JobStats) -> JobStats {
     JobStats {
@@ -91,6 +110,55 @@ mod tests {
                 sys::VIR_DOMAIN_EVENT_STOPPED_MIGRATED
             ),
             Lifecycle::MigratedAway
+        );
+    }
+
+    #[test]
+    fn qemu_stop_is_the_pause_of_an_outgoing_migration_reported_once() {
+        let stop = crate::sys::QEMU_STOP_EVENT;
+        let (s, mig, pc) = (
+            sys::VIR_DOMAIN_EVENT_SUSPENDED as i32,
+            sys::VIR_DOMAIN_EVENT_SUSPENDED_MIGRATED as i32,
+            sys::VIR_DOMAIN_EVENT_SUSPENDED_POSTCOPY as i32,
+        );
+        // during a migration QEMU's stop is the pause; libvirt's event for it comes after
+        assert_eq!(
+            report(stop, 0, true, false),
+            Some(Lifecycle::SuspendedForMigration)
+        );
+        assert_eq!(report(s, mig, true, true), None);
+        assert_eq!(report(s, pc, true, true), None);
+        // libvirt first (QMP events lost, or slower): reported, and QEMU's is not
+        assert_eq!(
+            report(s, mig, true, false),
+            Some(Lifecycle::SuspendedForMigration)
+        );
+        assert_eq!(report(stop, 0, true, true), None);
+        // no migration of ours (a pause from outside, or a job adopted after a restart):
+        // only libvirt's event, with its reason
+        assert_eq!(report(stop, 0, false, false), None);
+        assert_eq!(
+            report(
+                s,
+                sys::VIR_DOMAIN_EVENT_SUSPENDED_PAUSED as i32,
+                false,
+                false
+            ),
+            Some(Lifecycle::Suspended)
+        );
+        assert_eq!(
+            report(s, mig, false, false),
+            Some(Lifecycle::SuspendedForMigration)
+        );
+        // every other event is libvirt's, whatever the pause
+        assert_eq!(
+            report(
+                sys::VIR_DOMAIN_EVENT_RESUMED as i32,
+                sys::VIR_DOMAIN_EVENT_RESUMED_MIGRATED as i32,
+                true,
+                true
+            ),
+            Some(Lifecycle::ResumedAfterMigration)
         );
     }
 

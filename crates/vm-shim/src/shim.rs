@@ -142,6 +142,9 @@ struct State {
     resets: u64,
     /// When the last reset event arrived.
     last_reset: Option<SystemTime>,
+    /// When the running outgoing migration's pause happened, once reported (QEMU's `STOP` or
+    /// libvirt's *suspended*, whichever came first).
+    pause_reported: Option<SystemTime>,
 }
 
 struct EventLog {
@@ -484,6 +487,7 @@ impl Shim {
                 dom: dom.clone(),
                 aborted: aborted.clone(),
             });
+            st.pause_reported = None;
             if let Some(j) = st.job.as_mut().filter(|j| j.id == id) {
                 j.state = JobState::Running;
                 j.target_node = Some(prepared.node.clone());
@@ -722,7 +726,42 @@ impl Shim {
             if raw.domain != self.name() {
                 continue;
             }
-            let kind = crate::events::from_libvirt(raw.event, raw.detail);
+            let kind = {
+                let mut st = lock(&self.inner.state);
+                let kind = crate::events::report(
+                    raw.event,
+                    raw.detail,
+                    st.ctl.is_some(),
+                    st.pause_reported.is_some(),
+                );
+                let paused_at = st.pause_reported;
+                match kind {
+                    Some(Lifecycle::SuspendedForMigration | Lifecycle::SuspendedForPostCopy) => {
+                        st.pause_reported = Some(raw.at)
+                    }
+                    // a failed migration resumed the guest here: a next pause is a new one
+                    Some(Lifecycle::Resumed) => st.pause_reported = None,
+                    _ => {}
+                }
+                match kind {
+                    Some(k) => k,
+                    None => {
+                        // how much later than the reported pause this one came
+                        let after_ms = paused_at
+                            .and_then(|p| raw.received.duration_since(p).ok())
+                            .map(|d| d.as_millis());
+                        tracing::info!(vm = %self.name(), event = raw.event, detail = raw.detail, ?after_ms, "the migration's pause, already reported");
+                        continue;
+                    }
+                }
+            };
+            // how long after the event happened it reached the shim (QEMU's events carry
+            // QEMU's timestamp; libvirt's are stamped on arrival: 0)
+            let late_ms = raw
+                .received
+                .duration_since(raw.at)
+                .unwrap_or_default()
+                .as_millis();
             let seq = {
                 let mut log = lock(&self.inner.log);
                 let seq = log.next_seq;
@@ -745,7 +784,7 @@ impl Shim {
                 k.generation += 1;
             }
             self.inner.latest.send_replace(seq);
-            tracing::info!(vm = %self.name(), ?kind, seq, "lifecycle event");
+            tracing::info!(vm = %self.name(), ?kind, seq, from_qemu = raw.event == crate::sys::QEMU_STOP_EVENT, late_ms, "lifecycle event");
             match kind {
                 // post-copy: the VM runs here, memory still arriving; the job completes at
                 // the resumed-after-migration event that follows
