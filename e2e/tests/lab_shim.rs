@@ -550,16 +550,15 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
         a.log_tail(20)
     );
     set_port_chassis(&lab, &lsp, &["node-b"]);
-    let kinds: Vec<Lifecycle> = rt
+    let source_events = rt
         .block_on(ca.events(seq, Duration::ZERO))
         .unwrap()
-        .events
-        .iter()
-        .map(|e| e.kind)
-        .collect();
+        .events;
+    let kinds: Vec<Lifecycle> = source_events.iter().map(|e| e.kind).collect();
     assert!(
         kinds.contains(&Lifecycle::SuspendedForPostCopy),
-        "the source paused for post-copy: {kinds:?}"
+        "the source paused for post-copy: {source_events:?}\n{}",
+        a.log_tail(30)
     );
     println!("post-copy: source events {kinds:?}, stats {:?}", job.stats);
     wait_until(Duration::from_secs(30), "the guest on node-b", || {

@@ -43,12 +43,20 @@ pub fn from_libvirt(event: i32, detail: i32) -> Lifecycle {
 /// [`from_libvirt`] maps them, and QEMU's own `STOP` ([`crate::sys::QEMU_STOP_EVENT`]) as the
 /// migration's pause while an outgoing migration runs (`outgoing`) — it comes before libvirt's
 /// *suspended* event for the same stop, sometimes by hundreds of ms, and the route flip waits
-/// for whichever is reported. One pause is reported once per migration (`pause_reported`):
-/// libvirt's later event for it is not reported again. `None`: nothing to report.
-pub fn report(event: i32, detail: i32, outgoing: bool, pause_reported: bool) -> Option<Lifecycle> {
+/// for whichever is reported. `outgoing` is what a stop means now: `None` (no migration of
+/// ours), [`Lifecycle::SuspendedForMigration`] (the final copy's pause) or
+/// [`Lifecycle::SuspendedForPostCopy`] (the shim asked for the switch to post-copy). One pause
+/// is reported once per migration (`pause_reported`): libvirt's later event for it is not
+/// reported again. `None`: nothing to report.
+pub fn report(
+    event: i32,
+    detail: i32,
+    outgoing: Option<Lifecycle>,
+    pause_reported: bool,
+) -> Option<Lifecycle> {
     if event == crate::sys::QEMU_STOP_EVENT {
         // outside a migration a stop is reported by libvirt's own event, with its reason
-        return (outgoing && !pause_reported).then_some(Lifecycle::SuspendedForMigration);
+        return outgoing.filter(|_| !pause_reported);
     }
     match from_libvirt(event, detail) {
         Lifecycle::SuspendedForMigration | Lifecycle::SuspendedForPostCopy if pause_reported => {
@@ -121,33 +129,40 @@ mod tests {
             sys::VIR_DOMAIN_EVENT_SUSPENDED_MIGRATED as i32,
             sys::VIR_DOMAIN_EVENT_SUSPENDED_POSTCOPY as i32,
         );
+        const MIG: Option<Lifecycle> = Some(Lifecycle::SuspendedForMigration);
+        const PC: Option<Lifecycle> = Some(Lifecycle::SuspendedForPostCopy);
         // during a migration QEMU's stop is the pause; libvirt's event for it comes after
         assert_eq!(
-            report(stop, 0, true, false),
+            report(stop, 0, MIG, false),
             Some(Lifecycle::SuspendedForMigration)
         );
-        assert_eq!(report(s, mig, true, true), None);
-        assert_eq!(report(s, pc, true, true), None);
+        assert_eq!(report(s, mig, MIG, true), None);
+        assert_eq!(report(s, pc, PC, true), None);
+        // the shim asked for post-copy: the stop is that switch
+        assert_eq!(
+            report(stop, 0, PC, false),
+            Some(Lifecycle::SuspendedForPostCopy)
+        );
         // libvirt first (QMP events lost, or slower): reported, and QEMU's is not
         assert_eq!(
-            report(s, mig, true, false),
+            report(s, mig, MIG, false),
             Some(Lifecycle::SuspendedForMigration)
         );
-        assert_eq!(report(stop, 0, true, true), None);
+        assert_eq!(report(stop, 0, MIG, true), None);
         // no migration of ours (a pause from outside, or a job adopted after a restart):
         // only libvirt's event, with its reason
-        assert_eq!(report(stop, 0, false, false), None);
+        assert_eq!(report(stop, 0, None, false), None);
         assert_eq!(
             report(
                 s,
                 sys::VIR_DOMAIN_EVENT_SUSPENDED_PAUSED as i32,
-                false,
+                None,
                 false
             ),
             Some(Lifecycle::Suspended)
         );
         assert_eq!(
-            report(s, mig, false, false),
+            report(s, mig, None, false),
             Some(Lifecycle::SuspendedForMigration)
         );
         // every other event is libvirt's, whatever the pause
@@ -155,7 +170,7 @@ mod tests {
             report(
                 sys::VIR_DOMAIN_EVENT_RESUMED as i32,
                 sys::VIR_DOMAIN_EVENT_RESUMED_MIGRATED as i32,
-                true,
+                MIG,
                 true
             ),
             Some(Lifecycle::ResumedAfterMigration)

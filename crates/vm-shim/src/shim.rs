@@ -145,6 +145,8 @@ struct State {
     /// When the running outgoing migration's pause happened, once reported (QEMU's `STOP` or
     /// libvirt's *suspended*, whichever came first).
     pause_reported: Option<SystemTime>,
+    /// The shim asked the running outgoing migration to switch to post-copy.
+    post_copy_asked: bool,
 }
 
 struct EventLog {
@@ -488,6 +490,7 @@ impl Shim {
                 aborted: aborted.clone(),
             });
             st.pause_reported = None;
+            st.post_copy_asked = false;
             if let Some(j) = st.job.as_mut().filter(|j| j.id == id) {
                 j.state = JobState::Running;
                 j.target_node = Some(prepared.node.clone());
@@ -636,6 +639,8 @@ impl Shim {
                 timed_out = true;
                 if post_copy {
                     tracing::warn!(job = id, "timeout: switching to post-copy");
+                    // before the call: QEMU's stop for the switch may be reported before it returns
+                    lock(&self.inner.state).post_copy_asked = true;
                     if let Err(e) = crate::sys::start_post_copy(dom) {
                         tracing::warn!(job = id, "cannot switch to post-copy: {e}; aborting");
                         aborted.store(true, Ordering::SeqCst);
@@ -731,7 +736,13 @@ impl Shim {
                 let kind = crate::events::report(
                     raw.event,
                     raw.detail,
-                    st.ctl.is_some(),
+                    st.ctl.as_ref().map(|_| {
+                        if st.post_copy_asked {
+                            Lifecycle::SuspendedForPostCopy
+                        } else {
+                            Lifecycle::SuspendedForMigration
+                        }
+                    }),
                     st.pause_reported.is_some(),
                 );
                 let paused_at = st.pause_reported;
