@@ -550,10 +550,7 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
         a.log_tail(20)
     );
     set_port_chassis(&lab, &lsp, &["node-b"]);
-    let source_events = rt
-        .block_on(ca.events(seq, Duration::ZERO))
-        .unwrap()
-        .events;
+    let source_events = rt.block_on(ca.events(seq, Duration::ZERO)).unwrap().events;
     let kinds: Vec<Lifecycle> = source_events.iter().map(|e| e.kind).collect();
     assert!(
         kinds.contains(&Lifecycle::SuspendedForPostCopy),

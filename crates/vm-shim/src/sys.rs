@@ -230,26 +230,23 @@ fn register_qemu_stop(
     conn: &Connect,
     tx: UnboundedSender<RawLifecycle>,
 ) -> Result<c_int, virt::error::Error> {
-    let data = Box::into_raw(Box::new(CallbackData { tx }));
-    // SAFETY: as in `register`; the event name is a NUL-terminated literal that libvirt copies;
-    // `qemu_stop_callback` has the virConnectDomainQemuMonitorEventCallback signature.
-    let r = unsafe {
-        sys::virConnectDomainQemuMonitorEventRegister(
-            conn.as_ptr(),
-            std::ptr::null_mut(),
-            c"STOP".as_ptr(),
-            Some(qemu_stop_callback),
-            data as *mut c_void,
-            Some(free_callback_data),
-            0,
-        )
-    };
-    if r < 0 {
-        // SAFETY: registration failed, so libvirt did not take ownership of `data`.
-        drop(unsafe { Box::from_raw(data) });
-        return Err(virt::error::Error::last_error());
-    }
-    Ok(r)
+    register_with(tx, |data| {
+        // SAFETY: `conn.as_ptr()` is a live connection (we hold a reference); a NULL domain
+        // means every domain; the event name is a NUL-terminated literal that libvirt copies;
+        // `qemu_stop_callback` has the virConnectDomainQemuMonitorEventCallback signature;
+        // `data` stays valid until libvirt calls `free_callback_data`.
+        unsafe {
+            sys::virConnectDomainQemuMonitorEventRegister(
+                conn.as_ptr(),
+                std::ptr::null_mut(),
+                c"STOP".as_ptr(),
+                Some(qemu_stop_callback),
+                data,
+                Some(free_callback_data),
+                0,
+            )
+        }
+    })
 }
 
 /// Register `f` for event `id` of every domain of `conn`, with its own copy of `tx`.
@@ -259,20 +256,31 @@ fn register(
     f: GenericFn,
     tx: UnboundedSender<RawLifecycle>,
 ) -> Result<c_int, virt::error::Error> {
+    register_with(tx, |data| {
+        // SAFETY: as in `register_qemu_stop`; `f` has the signature libvirt calls for `id`
+        // (see the callers).
+        unsafe {
+            sys::virConnectDomainEventRegisterAny(
+                conn.as_ptr(),
+                std::ptr::null_mut(),
+                id,
+                Some(f),
+                data,
+                Some(free_callback_data),
+            )
+        }
+    })
+}
+
+/// Give libvirt a [`CallbackData`] holding `tx` through `call`, a registration that passes it
+/// to the callback and frees it with `free_callback_data` after the last one; a failed
+/// registration (negative id) did not take it, and it is freed here.
+fn register_with(
+    tx: UnboundedSender<RawLifecycle>,
+    call: impl FnOnce(*mut c_void) -> c_int,
+) -> Result<c_int, virt::error::Error> {
     let data = Box::into_raw(Box::new(CallbackData { tx }));
-    // SAFETY: `conn.as_ptr()` is a live connection (we hold a reference); a NULL domain
-    // means every domain; `f` has the signature libvirt calls for `id` (see the callers);
-    // `data` stays valid until libvirt calls `free_callback_data`.
-    let r = unsafe {
-        sys::virConnectDomainEventRegisterAny(
-            conn.as_ptr(),
-            std::ptr::null_mut(),
-            id,
-            Some(f),
-            data as *mut c_void,
-            Some(free_callback_data),
-        )
-    };
+    let r = call(data as *mut c_void);
     if r < 0 {
         // SAFETY: registration failed, so libvirt did not take ownership of `data`.
         drop(unsafe { Box::from_raw(data) });
