@@ -33,6 +33,11 @@ pub(super) struct OvnSync {
     requested: AtomicU64,
     /// The next sync re-reads the network (after a route flip: the known rows changed).
     full: std::sync::atomic::AtomicBool,
+    /// Writes to the network's rows behind the syncer's back (route flips), counted: a
+    /// reconcile that read the rows before one of them applies a stale diff (seen on the lab:
+    /// the flip's /32 added a second time, left until the next leader's fresh read), so the
+    /// syncer reconciles again from a fresh read when this moved while it worked.
+    behind: AtomicU64,
     kick: Notify,
     applied: watch::Sender<u64>,
     task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -55,6 +60,7 @@ fn syncer(ctx: &Arc<Context>, network: &str) -> Arc<OvnSync> {
     let s = Arc::new(OvnSync {
         requested: AtomicU64::new(0),
         full: std::sync::atomic::AtomicBool::new(true),
+        behind: AtomicU64::new(0),
         kick: Notify::new(),
         applied,
         task: std::sync::Mutex::new(None),
@@ -134,6 +140,7 @@ async fn sync_loop(ctx: Arc<Context>, network: String, s: std::sync::Weak<OvnSyn
         }
         let target = me.requested.load(Ordering::SeqCst);
         let full = me.full.swap(false, Ordering::SeqCst);
+        let behind = me.behind.load(Ordering::SeqCst);
         drop(me);
         if full {
             known = None;
@@ -146,6 +153,11 @@ async fn sync_loop(ctx: Arc<Context>, network: String, s: std::sync::Weak<OvnSyn
                         *v = (*v).max(target);
                         changed
                     });
+                    if me.behind.load(Ordering::SeqCst) != behind {
+                        // a flip landed while this reconcile worked: check its result afresh
+                        me.full.store(true, Ordering::SeqCst);
+                        me.requested.fetch_add(1, Ordering::SeqCst);
+                    }
                 }
             }
             Err(e) => {
@@ -316,6 +328,13 @@ pub(super) async fn resync(ctx: Arc<Context>) {
     }
 }
 
+/// Note a write to `network`'s rows behind its syncer's back (see [`OvnSync::behind`]).
+fn wrote_behind(ctx: &Context, network: &str) {
+    if let Some(s) = ctx.ovn.lock().expect("ovn lock").get(network) {
+        s.behind.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// The two nodes of a move in an overlay network, as the planner sees them (`None`: not an
 /// overlay, or a node unknown).
 fn node_pair(ctx: &Context, network: &str, from: &str, to: &str) -> Option<(NodeSpec, NodeSpec)> {
@@ -343,6 +362,7 @@ pub(super) async fn route_flips(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiv
             let started = std::time::Instant::now();
             match flip_route(&client, &m.network, ip, &from, &to).await {
                 Ok(r) => {
+                    wrote_behind(&ctx, &m.network);
                     tracing::info!(address = %m.address, from = %m.from, to = %m.to, result = ?r, took = ?started.elapsed(), "route flipped");
                     ctx.metrics.count("route_flips", "moved");
                 }
@@ -381,6 +401,7 @@ pub(super) async fn flip_ahead(
         ))
     })?;
     let flip = flip_route_marked(&ctx.nb.client()?, network, ip, &f, &t).await?;
+    wrote_behind(ctx, network);
     ctx.metrics.count("route_flips", "switchover");
     Ok(flip)
 }
