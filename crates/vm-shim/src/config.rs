@@ -363,8 +363,8 @@ pub fn parse_token(path: &Path, text: &str) -> Result<String> {
 }
 
 /// Load and check the configuration from the command line (after the program name):
-/// `--config FILE` and/or flags. Reads the config file, the token file (if one is given), and checks that the
-/// boot files exist; touches nothing else.
+/// `--config FILE` and/or flags. Reads the config file, the token file (if one is given),
+/// and checks that the boot files exist; touches nothing else.
 pub fn load(args: &[String]) -> Result<ShimConfig> {
     let mut file = None;
     let mut flags = Vec::new();

@@ -1,6 +1,8 @@
 //! libvirt's words → the API's: lifecycle events (`(event, detail)` codes) and job stats.
 //! The types themselves are `roam_shim_api`'s (re-exported here).
 
+use std::time::SystemTime;
+
 use virt::sys;
 
 pub use roam_shim_api::events::{Event, Lifecycle};
@@ -63,6 +65,48 @@ pub fn report(
             None
         }
         kind => Some(kind),
+    }
+}
+
+/// An outgoing migration's pause as the shim has reported it (reset when a migration starts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pause {
+    /// When the pause happened, once reported (QEMU's `STOP` or libvirt's *suspended*,
+    /// whichever came first).
+    pub reported_at: Option<SystemTime>,
+    /// The shim asked the migration to switch to post-copy: a stop is that switch.
+    pub post_copy_asked: bool,
+}
+
+impl Pause {
+    /// [`report`] for an event that happened `at`, with this state, and the state updated:
+    /// `Err` with the reported pause's time when there is nothing to report.
+    pub fn report(
+        &mut self,
+        event: i32,
+        detail: i32,
+        outgoing: bool,
+        at: SystemTime,
+    ) -> Result<Lifecycle, Option<SystemTime>> {
+        let stop_means = outgoing.then_some(if self.post_copy_asked {
+            Lifecycle::SuspendedForPostCopy
+        } else {
+            Lifecycle::SuspendedForMigration
+        });
+        match report(event, detail, stop_means, self.reported_at.is_some()) {
+            None => Err(self.reported_at),
+            Some(kind) => {
+                match kind {
+                    Lifecycle::SuspendedForMigration | Lifecycle::SuspendedForPostCopy => {
+                        self.reported_at = Some(at)
+                    }
+                    // a failed migration resumed the guest here: a next pause is a new one
+                    Lifecycle::Resumed => self.reported_at = None,
+                    _ => {}
+                }
+                Ok(kind)
+            }
+        }
     }
 }
 
@@ -175,6 +219,37 @@ mod tests {
             ),
             Some(Lifecycle::ResumedAfterMigration)
         );
+    }
+
+    #[test]
+    fn a_pause_is_reported_once_until_the_guest_resumes_here() {
+        let (t0, t1) = (
+            SystemTime::UNIX_EPOCH,
+            SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(5),
+        );
+        let (s, mig) = (
+            sys::VIR_DOMAIN_EVENT_SUSPENDED as i32,
+            sys::VIR_DOMAIN_EVENT_SUSPENDED_MIGRATED as i32,
+        );
+        let resumed = (sys::VIR_DOMAIN_EVENT_RESUMED as i32, 0);
+        let stop = crate::sys::QEMU_STOP_EVENT;
+        let mut p = Pause::default();
+        assert_eq!(
+            p.report(stop, 0, true, t0),
+            Ok(Lifecycle::SuspendedForMigration)
+        );
+        assert_eq!(p.report(s, mig, true, t1), Err(Some(t0)));
+        // the copy failed and the guest runs here again: the next stop is a new pause
+        assert_eq!(
+            p.report(resumed.0, resumed.1, true, t1),
+            Ok(Lifecycle::Resumed)
+        );
+        p.post_copy_asked = true;
+        assert_eq!(
+            p.report(stop, 0, true, t1),
+            Ok(Lifecycle::SuspendedForPostCopy)
+        );
+        assert_eq!(p.reported_at, Some(t1));
     }
 
     #[test]

@@ -142,11 +142,8 @@ struct State {
     resets: u64,
     /// When the last reset event arrived.
     last_reset: Option<SystemTime>,
-    /// When the running outgoing migration's pause happened, once reported (QEMU's `STOP` or
-    /// libvirt's *suspended*, whichever came first).
-    pause_reported: Option<SystemTime>,
-    /// The shim asked the running outgoing migration to switch to post-copy.
-    post_copy_asked: bool,
+    /// The running outgoing migration's pause, as reported.
+    pause: crate::events::Pause,
 }
 
 struct EventLog {
@@ -489,8 +486,7 @@ impl Shim {
                 dom: dom.clone(),
                 aborted: aborted.clone(),
             });
-            st.pause_reported = None;
-            st.post_copy_asked = false;
+            st.pause = Default::default();
             if let Some(j) = st.job.as_mut().filter(|j| j.id == id) {
                 j.state = JobState::Running;
                 j.target_node = Some(prepared.node.clone());
@@ -640,7 +636,7 @@ impl Shim {
                 if post_copy {
                     tracing::warn!(job = id, "timeout: switching to post-copy");
                     // before the call: QEMU's stop for the switch may be reported before it returns
-                    lock(&self.inner.state).post_copy_asked = true;
+                    lock(&self.inner.state).pause.post_copy_asked = true;
                     if let Err(e) = crate::sys::start_post_copy(dom) {
                         tracing::warn!(job = id, "cannot switch to post-copy: {e}; aborting");
                         aborted.store(true, Ordering::SeqCst);
@@ -731,39 +727,20 @@ impl Shim {
             if raw.domain != self.name() {
                 continue;
             }
-            let kind = {
+            let reported = {
                 let mut st = lock(&self.inner.state);
-                let kind = crate::events::report(
-                    raw.event,
-                    raw.detail,
-                    st.ctl.as_ref().map(|_| {
-                        if st.post_copy_asked {
-                            Lifecycle::SuspendedForPostCopy
-                        } else {
-                            Lifecycle::SuspendedForMigration
-                        }
-                    }),
-                    st.pause_reported.is_some(),
-                );
-                let paused_at = st.pause_reported;
-                match kind {
-                    Some(Lifecycle::SuspendedForMigration | Lifecycle::SuspendedForPostCopy) => {
-                        st.pause_reported = Some(raw.at)
-                    }
-                    // a failed migration resumed the guest here: a next pause is a new one
-                    Some(Lifecycle::Resumed) => st.pause_reported = None,
-                    _ => {}
-                }
-                match kind {
-                    Some(k) => k,
-                    None => {
-                        // how much later than the reported pause this one came
-                        let after_ms = paused_at
-                            .and_then(|p| raw.received.duration_since(p).ok())
-                            .map(|d| d.as_millis());
-                        tracing::info!(vm = %self.name(), event = raw.event, detail = raw.detail, ?after_ms, "the migration's pause, already reported");
-                        continue;
-                    }
+                let outgoing = st.ctl.is_some();
+                st.pause.report(raw.event, raw.detail, outgoing, raw.at)
+            };
+            let kind = match reported {
+                Ok(kind) => kind,
+                Err(paused_at) => {
+                    // how much later than the reported pause this one came
+                    let after_ms = paused_at
+                        .and_then(|p| raw.received.duration_since(p).ok())
+                        .map(|d| d.as_millis());
+                    tracing::info!(vm = %self.name(), event = raw.event, detail = raw.detail, ?after_ms, "the migration's pause, already reported");
+                    continue;
                 }
             };
             // how long after the event happened it reached the shim (QEMU's events carry
