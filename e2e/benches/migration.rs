@@ -611,7 +611,7 @@ fn main() {
     );
     let mut pause_ratios = vec![];
     let (mut readies, mut leads, mut afters, mut bounds) = (vec![], vec![], vec![], vec![]);
-    let domain = roam_migrator::controller::vms::domain_name(NS, VM);
+    let domain = roam_migrator::core::launcher::domain_name(NS, VM);
     let capture = Capture::start(
         &lab,
         &roam_migrator::core::vm::tap_name(&format!("{NS}/{VM}")),

@@ -1351,7 +1351,7 @@ impl VmCleanup {
             &self.lab,
             &["-n", ns, "delete", "vm", vm, "--ignore-not-found"],
         );
-        let tap = roam_migrator::controller::vms::tap_name(&self.key);
+        let tap = roam_migrator::core::vm::tap_name(&self.key);
         for n in ["node-a", "node-b"] {
             let node = self.lab.node(n);
             node.destroy_domain(&format!("{ns}_{vm}"));

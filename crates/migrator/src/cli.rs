@@ -1,7 +1,7 @@
 //! The pure parts of the `kubectl roam` plugin: argument parsing and the progress line.
 
 use crate::api::{MigrateTo, VirtualMachineMigrationStatus, parse_migrate_to};
-use crate::migration::Phase;
+use crate::core::migration::Phase;
 
 /// The label the migration controller puts on a VirtualMachineMigration: its VM's name.
 pub const VM_LABEL: &str = "roam.dev/vm";

@@ -1,14 +1,12 @@
-//! roam-controller's library: the `roam.dev/v1alpha1` API types, the address control plane's
-//! pure decisions ([`core`]) and the controllers that carry them out ([`controller`]: the
-//! address operator, the pod (sdn) controller, the route controller, leader election,
-//! metrics). The VM and migration controllers arrive with the live-migration issue.
+//! roam-controller's library: the `roam.dev/v1alpha1` API types ([`api`]), the pure
+//! decisions ([`core`]: addresses, Networks, VMs, launcher pods, the migration state
+//! machine) and the controllers that carry them out ([`controller`]: I/O only).
 #![warn(missing_docs)]
 
 pub mod api;
 pub mod cli;
 pub mod core;
 mod error;
-pub mod migration;
 
 pub use error::{Error, Result};
 pub mod controller;

@@ -158,7 +158,7 @@ impl Fixture {
                 &format!("roam.dev/network={net}"),
             ],
         );
-        let tap = roam_migrator::controller::vms::tap_name(&format!("{ns}/{vmn}"));
+        let tap = roam_migrator::core::vm::tap_name(&format!("{ns}/{vmn}"));
         for n in ["node-a", "node-b"] {
             // a launcher killed without its shim's shutdown leaves the tap and its OVS port
             let node = lab.node(n);

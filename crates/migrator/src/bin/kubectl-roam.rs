@@ -98,7 +98,7 @@ async fn main() -> anyhow::Result<()> {
                     if tty {
                         println!();
                     }
-                    if status.phase == roam_migrator::migration::Phase::Succeeded {
+                    if status.phase == roam_migrator::core::migration::Phase::Succeeded {
                         return Ok(());
                     }
                     std::process::exit(1);

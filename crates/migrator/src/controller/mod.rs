@@ -19,16 +19,15 @@ mod networks;
 mod operator;
 mod ovn;
 mod pods;
+mod retry;
 pub mod vms;
 mod watch;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use roam_network::ovsdb::ReconnectingClient;
 use tokio::sync::{Notify, mpsc};
@@ -36,6 +35,7 @@ use tokio::sync::{Notify, mpsc};
 use crate::api::Address;
 use index::{Index, Moved};
 use metrics::Metrics;
+pub(crate) use ovn::Tentative;
 
 /// The annotation on an Address naming the pod (`namespace/name`) that last claimed it.
 pub const POD_ANNOTATION: &str = "roam.dev/pod";
@@ -73,43 +73,22 @@ pub struct Config {
     /// stored; an Address's Event goes to its pod's namespace (see [`crate::core::event`]).
     pub event_namespace: String,
     /// Launcher pods (VM controller).
-    pub vm: vms::VmConfig,
+    pub vm: crate::core::launcher::VmConfig,
 }
 
-/// An Address being written, shown to the OVN syncer as written until the guard drops (a
-/// claim's port is programmed while its write is in flight; a switchover's route is moved
-/// before its write): a reconcile in between plans with it instead of undoing it.
-pub(crate) struct Tentative {
-    ctx: Arc<Context>,
-    name: String,
+/// Wakes a controller's loop.
+#[derive(Default)]
+pub struct Wake {
+    /// The address operator (a node's pool ran dry, a Network changed).
+    pub pool: Notify,
+    /// The network controller.
+    pub network: Notify,
+    /// Those waiting for the initial lists ([`Context::wait_synced`]).
+    synced: Notify,
 }
 
-impl Tentative {
-    /// Show `a` (as it is about to be written) to the syncer.
-    pub(crate) fn show(ctx: &Arc<Context>, a: Address) -> Tentative {
-        let name = a.metadata.name.clone().unwrap_or_default();
-        ctx.tentative
-            .lock()
-            .expect("tentative lock")
-            .insert(name.clone(), Arc::new(a));
-        Tentative {
-            ctx: ctx.clone(),
-            name,
-        }
-    }
-}
-
-impl Drop for Tentative {
-    fn drop(&mut self) {
-        self.ctx
-            .tentative
-            .lock()
-            .expect("tentative lock")
-            .remove(&self.name);
-    }
-}
-
-/// Shared by every controller.
+/// Shared by every controller: the clients, the settings, the index the watches fill, and
+/// each controller's own state.
 pub struct Context {
     /// Kubernetes.
     pub client: kube::Client,
@@ -122,35 +101,54 @@ pub struct Context {
     /// Metrics.
     pub metrics: Metrics,
     recorder: Recorder,
-    ovn: Mutex<HashMap<String, Arc<ovn::OvnSync>>>,
-    /// Wakes the address operator (a node's pool ran dry, a Network changed).
-    pub pool_kick: Notify,
-    /// Wakes the network controller.
-    pub network_kick: Notify,
-    synced: Notify,
-    flips: mpsc::UnboundedSender<Moved>,
-    pods: Mutex<Option<Store<Pod>>>,
-    /// The managed Networks' names (`None` until the Network watch has listed): the Address
-    /// watch follows it.
-    managed: tokio::sync::watch::Sender<Option<std::collections::BTreeSet<String>>>,
-    /// Claims being written right now, by Address name: the OVN syncer programs their ports
-    /// while the API write is in flight (see [`pods`]).
-    tentative: Mutex<HashMap<String, Arc<Address>>>,
-    /// When this process last wrote a claim (the on-demand refill waits for a quiet moment).
-    last_claim: Mutex<Option<std::time::Instant>>,
-    /// (network, IP) being claimed by a reconcile of this process right now.
-    inflight: Mutex<std::collections::BTreeSet<(String, std::net::Ipv4Addr)>>,
-    /// Bounds the claim writes in flight (`claims_in_flight`).
-    pub(crate) claim_gate: Option<tokio::sync::Semaphore>,
+    /// Wakes the operator's and the network controller's loops.
+    pub wake: Wake,
+    /// The OVN syncers' state.
+    ovn: ovn::State,
+    /// The pod controller's state.
+    pods: pods::State,
+    /// The watches' state.
+    watch: watch::State,
 }
 
 impl Context {
+    /// A context for `client`, `config` and the NB client `nb`, and the stream of host moves
+    /// the index sees (for [`ovn::route_flips`]).
+    pub fn new(
+        client: kube::Client,
+        config: Config,
+        nb: ReconnectingClient,
+    ) -> (Arc<Context>, mpsc::UnboundedReceiver<Moved>) {
+        let (ovn, flips_rx) = ovn::State::new();
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "roam-controller".into(),
+                instance: Some(config.identity.clone()),
+            },
+        );
+        let pods = pods::State::new(config.claims_in_flight);
+        let ctx = Context {
+            client,
+            config,
+            index: Mutex::new(Index::default()),
+            nb,
+            metrics: Metrics::default(),
+            recorder,
+            wake: Wake::default(),
+            ovn,
+            pods,
+            watch: watch::State::default(),
+        };
+        (Arc::new(ctx), flips_rx)
+    }
+
     /// Record `a` (from a watch or our own write) and pass a host move on to the route
     /// controller.
     pub fn upsert(&self, a: Address) -> bool {
         let (changed, moved) = self.index.lock().expect("index lock").upsert(a);
         if let Some(m) = moved {
-            let _ = self.flips.send(m);
+            self.ovn.flip(m);
         }
         changed
     }
@@ -158,7 +156,7 @@ impl Context {
     /// Wait until the Addresses, Networks and Nodes are listed.
     pub async fn wait_synced(&self) {
         loop {
-            let notified = self.synced.notified();
+            let notified = self.wake.synced.notified();
             if self.index.lock().expect("index lock").is_synced() {
                 return;
             }
@@ -240,23 +238,6 @@ impl Context {
         let ev = new_event(warning, reason, action, note, None);
         publish(&self.recorder, &self.metrics, &ev, &reference).await;
     }
-
-    /// Record that a claim was written now.
-    pub(crate) fn claimed_now(&self) {
-        *self.last_claim.lock().expect("claim lock") = Some(std::time::Instant::now());
-    }
-
-    /// How long since the last claim this process wrote (`None`: none yet).
-    pub(crate) fn since_last_claim(&self) -> Option<Duration> {
-        self.last_claim
-            .lock()
-            .expect("claim lock")
-            .map(|t| t.elapsed())
-    }
-
-    pub(crate) fn pod_store(&self) -> Option<Store<Pod>> {
-        self.pods.lock().expect("pods lock").clone()
-    }
 }
 
 fn new_event(
@@ -321,35 +302,7 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()>,
 ) -> crate::Result<()> {
     let nb = ReconnectingClient::start(&config.nb, Default::default())?;
-    let (flips_tx, flips_rx) = mpsc::unbounded_channel();
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "roam-controller".into(),
-            instance: Some(config.identity.clone()),
-        },
-    );
-    let claim_gate =
-        (config.claims_in_flight > 0).then(|| tokio::sync::Semaphore::new(config.claims_in_flight));
-    let ctx = Arc::new(Context {
-        client,
-        config,
-        index: Mutex::new(Index::default()),
-        nb,
-        metrics: Metrics::default(),
-        recorder,
-        ovn: Mutex::new(HashMap::new()),
-        pool_kick: Notify::new(),
-        network_kick: Notify::new(),
-        synced: Notify::new(),
-        flips: flips_tx,
-        pods: Mutex::new(None),
-        managed: tokio::sync::watch::Sender::new(None),
-        last_claim: Mutex::new(None),
-        tentative: Mutex::new(HashMap::new()),
-        inflight: Mutex::new(Default::default()),
-        claim_gate,
-    });
+    let (ctx, flips_rx) = Context::new(client, config, nb);
     let mut tasks = tokio::task::JoinSet::new();
     if let Some(listener) = metrics_listener {
         let c = ctx.clone();

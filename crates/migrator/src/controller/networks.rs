@@ -21,13 +21,13 @@ use crate::error::{Error, Result};
 
 pub(super) async fn run(ctx: Arc<Context>) {
     loop {
-        let _ = tokio::time::timeout(Duration::from_secs(30), ctx.network_kick.notified()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(30), ctx.wake.network.notified()).await;
         // gather a burst of changes into one pass
         tokio::time::sleep(Duration::from_millis(50)).await;
         if let Err(e) = pass(&ctx).await {
             tracing::warn!(error = %e, "network pass failed; retrying");
             tokio::time::sleep(Duration::from_millis(500)).await;
-            ctx.network_kick.notify_one();
+            ctx.wake.network.notify_one();
         }
     }
 }
@@ -134,7 +134,7 @@ async fn pass(ctx: &Arc<Context>) -> Result<()> {
     let names: Vec<String> = plans.keys().cloned().collect();
     ctx.index.lock().expect("index lock").networks = plans;
     super::watch::mark_synced(ctx, 1);
-    ctx.pool_kick.notify_one();
+    ctx.wake.pool.notify_one();
     for n in names {
         ovn::request(ctx, &n);
     }

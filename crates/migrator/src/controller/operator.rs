@@ -44,7 +44,7 @@ pub(super) async fn run(ctx: Arc<Context>) {
         } else {
             ctx.config.sweep_period
         };
-        pending |= tokio::time::timeout(wait, ctx.pool_kick.notified())
+        pending |= tokio::time::timeout(wait, ctx.wake.pool.notified())
             .await
             .is_ok();
         if (pending && quiet(&ctx)) || last_refill.elapsed() >= period {
@@ -74,7 +74,7 @@ const QUIET: Duration = Duration::from_millis(300);
 /// the same IPs: an on-demand refill waits until the burst is over (the periodic one does
 /// not wait).
 fn quiet(ctx: &Context) -> bool {
-    ctx.since_last_claim().is_none_or(|s| s >= QUIET)
+    ctx.pods.since_last_claim().is_none_or(|s| s >= QUIET)
 }
 
 fn addresses_api(ctx: &Context) -> Api<Address> {
@@ -191,7 +191,7 @@ async fn refill(ctx: &Arc<Context>) -> Result<()> {
 
 /// Soft-delete the Addresses of workloads that are gone; hand back double claims.
 async fn sweep(ctx: &Arc<Context>) -> Result<()> {
-    let Some(store) = ctx.pod_store() else {
+    let Some(store) = ctx.pods.store() else {
         return Ok(());
     };
     if store.wait_until_ready().await.is_err() {

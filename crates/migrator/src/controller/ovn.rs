@@ -7,9 +7,9 @@
 //! The route controller: an Address that moved to another host while live gets its /32
 //! flipped first ([`flip_route`]: one small transaction), then the full reconcile converges.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use std::collections::BTreeMap;
@@ -51,8 +51,69 @@ impl Drop for OvnSync {
     }
 }
 
+/// The OVN syncers' state: one syncer per Network, the Addresses being written, and the
+/// route controller's queue of host moves.
+pub(crate) struct State {
+    syncers: Mutex<HashMap<String, Arc<OvnSync>>>,
+    /// Addresses being written right now, by name (see [`Tentative`]).
+    tentative: Mutex<HashMap<String, Arc<Address>>>,
+    flips: mpsc::UnboundedSender<Moved>,
+}
+
+impl State {
+    pub(crate) fn new() -> (State, mpsc::UnboundedReceiver<Moved>) {
+        let (flips, rx) = mpsc::unbounded_channel();
+        let s = State {
+            syncers: Mutex::new(HashMap::new()),
+            tentative: Mutex::new(HashMap::new()),
+            flips,
+        };
+        (s, rx)
+    }
+
+    /// Hand a host move to the route controller.
+    pub(crate) fn flip(&self, m: Moved) {
+        let _ = self.flips.send(m);
+    }
+}
+
+/// An Address being written, shown to the OVN syncer as written until the guard drops (a
+/// claim's port is programmed while its write is in flight; a switchover's route is moved
+/// before its write): a reconcile in between plans with it instead of undoing it.
+pub(crate) struct Tentative {
+    ctx: Arc<Context>,
+    name: String,
+}
+
+impl Tentative {
+    /// Show `a` (as it is about to be written) to the syncer.
+    pub(crate) fn show(ctx: &Arc<Context>, a: Address) -> Tentative {
+        let name = a.metadata.name.clone().unwrap_or_default();
+        ctx.ovn
+            .tentative
+            .lock()
+            .expect("tentative lock")
+            .insert(name.clone(), Arc::new(a));
+        Tentative {
+            ctx: ctx.clone(),
+            name,
+        }
+    }
+}
+
+impl Drop for Tentative {
+    fn drop(&mut self) {
+        self.ctx
+            .ovn
+            .tentative
+            .lock()
+            .expect("tentative lock")
+            .remove(&self.name);
+    }
+}
+
 fn syncer(ctx: &Arc<Context>, network: &str) -> Arc<OvnSync> {
-    let mut map = ctx.ovn.lock().expect("ovn lock");
+    let mut map = ctx.ovn.syncers.lock().expect("ovn lock");
     if let Some(s) = map.get(network) {
         return s.clone();
     }
@@ -189,7 +250,7 @@ fn wanted(ctx: &Context, network: &str) -> Result<Option<Wanted>> {
     let mut addresses = idx.of_network(network);
     // claims being written: their ports are programmed while the write is in flight
     {
-        let tentative = ctx.tentative.lock().expect("tentative lock");
+        let tentative = ctx.ovn.tentative.lock().expect("tentative lock");
         if tentative.values().any(|a| a.spec.network == network) {
             let mut by_name: BTreeMap<String, Arc<crate::api::Address>> = addresses
                 .into_iter()
@@ -294,7 +355,7 @@ async fn sync(ctx: &Arc<Context>, network: &str, known: &mut Option<Known>) -> R
 
 /// Remove every OVN row of `network` (its Network object is gone).
 pub(super) async fn remove(ctx: &Arc<Context>, network: &str) {
-    if let Some(s) = ctx.ovn.lock().expect("ovn lock").remove(network)
+    if let Some(s) = ctx.ovn.syncers.lock().expect("ovn lock").remove(network)
         && let Some(t) = s.task.lock().expect("task lock").take()
     {
         t.abort();
@@ -330,7 +391,7 @@ pub(super) async fn resync(ctx: Arc<Context>) {
 
 /// Note a write to `network`'s rows behind its syncer's back (see [`OvnSync::behind`]).
 fn wrote_behind(ctx: &Context, network: &str) {
-    if let Some(s) = ctx.ovn.lock().expect("ovn lock").get(network) {
+    if let Some(s) = ctx.ovn.syncers.lock().expect("ovn lock").get(network) {
         s.behind.fetch_add(1, Ordering::SeqCst);
     }
 }

@@ -16,11 +16,13 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::reflector::Store;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use roam_network::annotation::{ADDRESSES, addresses_annotation};
 use serde_json::json;
 
+use super::retry::{Retry, object_key};
 use super::{Context, ERROR_ANNOTATION, NETWORK_LABEL, POD_ANNOTATION, Tentative, ovn};
 use crate::api::Address;
 use crate::core::claim::{
@@ -36,7 +38,7 @@ pub fn live_owner(p: &Pod) -> Option<String> {
     spec.node_name.as_ref()?;
     // a VM's launcher pod is host-network but holds its VM's address (the VM controller
     // claims it)
-    if spec.host_network == Some(true) && !super::vms::is_launcher(p) {
+    if spec.host_network == Some(true) && !crate::core::launcher::is_launcher(p) {
         return None;
     }
     if let Some(phase) = p.status.as_ref().and_then(|s| s.phase.as_deref())
@@ -52,6 +54,47 @@ pub fn live_owner(p: &Pod) -> Option<String> {
     ))
 }
 
+/// The pod controller's state.
+pub(crate) struct State {
+    /// The pod watch's cache (once the controller runs).
+    store: std::sync::Mutex<Option<Store<Pod>>>,
+    /// When this process last wrote a claim (the on-demand refill waits for a quiet moment).
+    last_claim: std::sync::Mutex<Option<Instant>>,
+    /// (network, IP) being claimed by a reconcile of this process right now.
+    inflight: std::sync::Mutex<BTreeSet<(String, Ipv4Addr)>>,
+    /// Bounds the claim writes in flight (`claims_in_flight`; none when 0).
+    gate: Option<tokio::sync::Semaphore>,
+}
+
+impl State {
+    pub(crate) fn new(claims_in_flight: usize) -> State {
+        State {
+            store: Default::default(),
+            last_claim: Default::default(),
+            inflight: Default::default(),
+            gate: (claims_in_flight > 0).then(|| tokio::sync::Semaphore::new(claims_in_flight)),
+        }
+    }
+
+    /// Record that a claim was written now.
+    pub(crate) fn claimed_now(&self) {
+        *self.last_claim.lock().expect("claim lock") = Some(Instant::now());
+    }
+
+    /// How long since the last claim this process wrote (`None`: none yet).
+    pub(crate) fn since_last_claim(&self) -> Option<Duration> {
+        self.last_claim
+            .lock()
+            .expect("claim lock")
+            .map(|t| t.elapsed())
+    }
+
+    /// The pod watch's cache, once the pod controller runs.
+    pub(crate) fn store(&self) -> Option<Store<Pod>> {
+        self.store.lock().expect("pods lock").clone()
+    }
+}
+
 pub(super) async fn run(ctx: Arc<Context>) {
     let api: Api<Pod> = match &ctx.config.pod_namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
@@ -59,21 +102,24 @@ pub(super) async fn run(ctx: Arc<Context>) {
     };
     let controller = Controller::new(api, watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(ctx.config.concurrency));
-    *ctx.pods.lock().expect("pods lock") = Some(controller.store());
+    *ctx.pods.store.lock().expect("pods lock") = Some(controller.store());
+    let retry = Retry::new("pod_errors");
+    let policy = retry.clone();
     controller
-        .run(reconcile, error_policy, ctx.clone())
+        .run(
+            move |p, c| {
+                let retry = retry.clone();
+                async move { retry.outcome(&object_key(&*p), reconcile(p, c).await) }
+            },
+            move |p, e, c| policy.policy(&object_key(&*p), e, &c.metrics),
+            ctx.clone(),
+        )
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "pod reconcile");
             }
         })
         .await;
-}
-
-fn error_policy(pod: Arc<Pod>, e: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(pod = %pod.name_any(), error = %e, "pod reconcile failed; retrying");
-    ctx.metrics.count("pod_errors", e.reason());
-    Action::requeue(Duration::from_secs(2))
 }
 
 fn pod_key(p: &Pod) -> String {
@@ -90,7 +136,7 @@ async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
         // not scheduled yet, host network, or finished (the sweep soft-deletes its address)
         return Ok(Action::await_change());
     };
-    if super::vms::is_launcher(&pod) {
+    if crate::core::launcher::is_launcher(&pod) {
         // the VM controller claims a launcher pod's address before creating the pod
         return Ok(Action::await_change());
     }
@@ -244,7 +290,7 @@ fn holder_elsewhere(
         return None;
     }
     let (ns, name) = holder.split_once('/')?;
-    let store = ctx.pod_store()?;
+    let store = ctx.pods.store()?;
     let p = store.get(&kube::runtime::reflector::ObjectRef::new(name).within(ns))?;
     (live_owner(&p).as_deref() == Some(owner) && p.metadata.deletion_timestamp.is_none())
         .then_some(holder)
@@ -259,6 +305,7 @@ struct Inflight {
 impl Drop for Inflight {
     fn drop(&mut self) {
         self.ctx
+            .pods
             .inflight
             .lock()
             .expect("inflight lock")
@@ -291,7 +338,7 @@ async fn claim_pipelined(
     let api: Api<Address> = Api::all(ctx.client.clone());
     let mut skip: BTreeSet<Ipv4Addr> = BTreeSet::new();
     // at most `claims_in_flight` claims are decided and written at once (see Config)
-    let _gate = match &ctx.claim_gate {
+    let _gate = match &ctx.pods.gate {
         Some(g) => Some(g.acquire().await.expect("the claim gate is never closed")),
         None => None,
     };
@@ -301,7 +348,7 @@ async fn claim_pipelined(
             let idx = ctx.index.lock().expect("index lock");
             let addrs = idx.of_network(&r.network.name);
             let refs: Vec<&Address> = addrs.iter().map(|a| &**a).collect();
-            let mut inflight = ctx.inflight.lock().expect("inflight lock");
+            let mut inflight = ctx.pods.inflight.lock().expect("inflight lock");
             // IPs other reconciles of this process are claiming right now: pick another
             // rather than lose a certain race
             let mut avoid = skip.clone();
@@ -388,10 +435,10 @@ async fn claim_pipelined(
                     Step::Create { .. } => "create",
                 };
                 ctx.metrics.count("claims", kind);
-                ctx.claimed_now();
+                ctx.pods.claimed_now();
                 if kind == "create" {
                     // the node's pool ran dry: refill it now, not at the next period
-                    ctx.pool_kick.notify_one();
+                    ctx.wake.pool.notify_one();
                 }
                 // in the index before it leaves the tentative claims: the syncer always sees it
                 ctx.upsert(written.clone());

@@ -14,6 +14,13 @@ use kube::runtime::{WatchStreamExt, watcher};
 use super::Context;
 use crate::api::{Address, Network};
 
+/// The watches' state: the managed Networks' names (`None` until the Network watch has
+/// listed), which the Address watch follows.
+#[derive(Default)]
+pub(crate) struct State {
+    managed: tokio::sync::watch::Sender<Option<std::collections::BTreeSet<String>>>,
+}
+
 fn rv_of<K: kube::Resource>(k: &K) -> Option<u64> {
     k.meta().resource_version.as_deref()?.parse().ok()
 }
@@ -28,7 +35,7 @@ pub(super) fn mark_synced(ctx: &Context, which: usize) {
         );
     }
     drop(idx);
-    ctx.synced.notify_waiters();
+    ctx.wake.synced.notify_waiters();
 }
 
 /// Watch the Addresses of the managed Networks (every Address without a Network selector).
@@ -37,7 +44,7 @@ pub(super) async fn addresses(ctx: Arc<Context>) {
     if ctx.config.network_selector.is_none() {
         return watch_addresses(&ctx, api, watcher::Config::default(), None).await;
     }
-    let mut managed = ctx.managed.subscribe();
+    let mut managed = ctx.watch.managed.subscribe();
     loop {
         let names = match managed.wait_for(Option::is_some).await {
             Ok(n) => n.clone().unwrap_or_default(),
@@ -106,7 +113,7 @@ async fn watch_addresses(
                     idx.networks.keys().cloned().collect()
                 };
                 mark_synced(ctx, 0);
-                ctx.pool_kick.notify_one();
+                ctx.wake.pool.notify_one();
                 // a re-list may carry changes the watch missed: reconcile every Network
                 // (a syncer held back for want of these Addresses goes on by itself)
                 for n in networks {
@@ -129,7 +136,7 @@ fn set_managed(ctx: &Context) {
         .keys()
         .cloned()
         .collect();
-    ctx.managed.send_if_modified(|m| {
+    ctx.watch.managed.send_if_modified(|m| {
         let changed = m.as_ref() != Some(&names);
         *m = Some(names);
         changed
@@ -155,7 +162,7 @@ pub(super) async fn networks(ctx: Arc<Context>) {
                     .network_objects
                     .insert(name, Arc::new(n));
                 set_managed(&ctx);
-                ctx.network_kick.notify_one();
+                ctx.wake.network.notify_one();
             }
             Ok(Some(watcher::Event::Delete(n))) => {
                 let name = n.metadata.name.clone().unwrap_or_default();
@@ -165,7 +172,7 @@ pub(super) async fn networks(ctx: Arc<Context>) {
                     .network_objects
                     .remove(&name);
                 set_managed(&ctx);
-                ctx.network_kick.notify_one();
+                ctx.wake.network.notify_one();
             }
             Ok(Some(watcher::Event::Init)) => init.clear(),
             Ok(Some(watcher::Event::InitApply(n))) => init.push(n),
@@ -179,7 +186,7 @@ pub(super) async fn networks(ctx: Arc<Context>) {
                     idx.networks_listed = true;
                 }
                 set_managed(&ctx);
-                ctx.network_kick.notify_one();
+                ctx.wake.network.notify_one();
             }
             Ok(None) => return,
             Err(e) => tracing::warn!(error = %e, "network watch failed; retrying"),
@@ -202,13 +209,13 @@ pub(super) async fn nodes(ctx: Arc<Context>) {
                 if let Some(name) = n.metadata.name
                     && ctx.index.lock().expect("index lock").nodes.insert(name)
                 {
-                    ctx.network_kick.notify_one();
+                    ctx.wake.network.notify_one();
                 }
             }
             Ok(Some(watcher::Event::Delete(n))) => {
                 if let Some(name) = n.metadata.name {
                     ctx.index.lock().expect("index lock").nodes.remove(&name);
-                    ctx.network_kick.notify_one();
+                    ctx.wake.network.notify_one();
                 }
             }
             Ok(Some(watcher::Event::Init)) => init.clear(),
@@ -221,7 +228,7 @@ pub(super) async fn nodes(ctx: Arc<Context>) {
                 ctx.index.lock().expect("index lock").nodes =
                     std::mem::take(&mut init).into_iter().collect();
                 mark_synced(&ctx, 2);
-                ctx.network_kick.notify_one();
+                ctx.wake.network.notify_one();
             }
             Ok(None) => return,
             Err(e) => tracing::warn!(error = %e, "node watch failed; retrying"),

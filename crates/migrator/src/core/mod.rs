@@ -11,9 +11,13 @@
 //! - [`pool`]: the warm pool, reclaim after the grace, orphaned and doubly claimed Addresses.
 //! - [`event`]: the namespace an Event about an object is stored in.
 //! - [`vm`]: a VM's interfaces → its Addresses and NICs; per Address, what a migration does.
+//! - [`launcher`]: a VM's launcher pod and the names its pods, domain and shim go by.
+//! - [`migration`]: the migration state machine, what it observes, and spec validation.
 
 pub mod claim;
 pub mod event;
+pub mod launcher;
+pub mod migration;
 pub mod network;
 pub mod ovn;
 pub mod pool;

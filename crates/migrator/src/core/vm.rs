@@ -13,8 +13,8 @@ use serde_json::json;
 use super::claim::{Resolved, held_by, ovn_port, resolve};
 use super::network::NetworkPlan;
 use crate::api::{Address, GuestResets, NetworkMode, VirtualMachineSpec, VmInterfaceStatus};
+use crate::core::migration::RouteAt;
 use crate::error::{Error, Result};
-use crate::migration::RouteAt;
 
 /// A tap name (≤ 15 bytes) for a VM (`namespace/name`): the same on every node, since the
 /// migrated domain's XML names its tap and the target's libvirt expects that device.
@@ -482,6 +482,8 @@ pub fn account_resets(
     };
     (Some(record), new)
 }
+
+pub mod readiness;
 
 #[cfg(test)]
 mod tests;

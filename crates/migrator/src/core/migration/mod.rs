@@ -23,7 +23,10 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The phases of a migration (DESIGN.md "API contract").
+pub mod observe;
+pub mod validate;
+
+/// The phases of a migration, as its status shows them.
 #[derive(
     Clone,
     Copy,

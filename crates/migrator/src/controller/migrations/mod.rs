@@ -1,0 +1,259 @@
+//! The migration controller: thin I/O around [`crate::core::migration`]. Each reconcile
+//! fetches the migration and its VM, observes ([`run::Run::observe`]: the launcher pods, the
+//! shims' view of the guest and of libvirt's job, where the Addresses point), steps, acts
+//! (every action idempotent) and writes status. Background [`tasks`] flip the route the
+//! moment the source pauses and wake the reconcile when there is news.
+
+mod run;
+mod tasks;
+mod writes;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use kube::runtime::controller::{Action as KAction, Config as ControllerConfig};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use super::retry::Retry;
+use super::{Context, vms};
+use crate::api::{VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus, VmPhase};
+use crate::core::migration::validate::{accept, target_not_ready};
+use crate::core::migration::{Decision, Observed, Phase, step};
+use crate::error::Result;
+use run::Run;
+use tasks::Local;
+use writes::{patch_status, patch_vm_status, set_finalizer};
+
+pub(super) async fn run(ctx: Arc<Context>) {
+    let api: Api<VirtualMachineMigration> = match &ctx.config.pod_namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let (local, kicked) = Local::new();
+    let retry = Retry::new("migration_errors");
+    let policy = retry.clone();
+    Controller::new(api, watcher::Config::default())
+        .with_config(ControllerConfig::default().concurrency(ctx.config.concurrency))
+        .reconcile_on(kicked)
+        .run(
+            move |m, c| {
+                let (local, retry) = (local.clone(), retry.clone());
+                async move { retry.outcome(&key_of(&m), reconcile(m, c, local).await) }
+            },
+            move |m, e, c| policy.policy(&key_of(&m), e, &c.metrics),
+            ctx.clone(),
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "migration reconcile");
+            }
+        })
+        .await;
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn now_micro() -> MicroTime {
+    MicroTime(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// `namespace/name`.
+fn key_of(m: &VirtualMachineMigration) -> String {
+    format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any())
+}
+
+/// Whether the VM's status names `m` as its migration.
+fn names(vm: Option<&VirtualMachine>, m: &VirtualMachineMigration) -> bool {
+    vm.and_then(|v| v.status.as_ref())
+        .and_then(|s| s.migration.as_deref())
+        == Some(m.name_any().as_str())
+}
+
+async fn reconcile(
+    m: Arc<VirtualMachineMigration>,
+    ctx: Arc<Context>,
+    local: Local,
+) -> Result<KAction> {
+    ctx.wait_synced().await;
+    let (ns, key) = (m.namespace().unwrap_or_default(), key_of(&m));
+    // decide on the object as it is now, not on a cached copy older than our last write
+    let api: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(mut m) = api.get_opt(&m.name_any()).await? else {
+        local.stop_all(&key);
+        return Ok(KAction::await_change());
+    };
+    let mut st = m.status.clone().unwrap_or_default();
+    let deleted = m.metadata.deletion_timestamp.is_some();
+    if st.phase.is_terminal() {
+        local.stop_all(&key);
+        if deleted {
+            return finalized(&ctx, &mut m).await;
+        }
+    } else if !deleted {
+        set_finalizer(&ctx, &mut m, true).await?;
+    }
+    let vms_api: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut vm = vms_api.get_opt(&m.spec.vm).await?;
+    // A finished migration the VM no longer names is history (its outcome is recorded, or a
+    // newer migration moved the VM since): settling it again would pull the address back.
+    if st.phase.is_terminal() && !names(vm.as_ref(), &m) {
+        return finalized(&ctx, &mut m).await;
+    }
+    let refused = match st.phase {
+        Phase::Pending => check(&ctx, &m, vm.as_ref(), &mut st).await?,
+        _ => None,
+    };
+    let (source, target) = match (&vm, refused, &st.source_node, &st.target_node) {
+        (Some(_), None, Some(s), Some(t)) => (s.clone(), t.clone()),
+        (_, refused, ..) => {
+            let why = refused.unwrap_or_else(|| match vm {
+                None => "the VirtualMachine is gone".into(),
+                Some(_) => "no source or target node".into(),
+            });
+            let d = step(st.phase, &Observed::refused(why));
+            return record(&ctx, &local, &mut m, vm.as_ref(), st, &d).await;
+        }
+    };
+    let mut vm = vm.take().expect("matched above");
+    if !st.phase.is_terminal() && !deleted && !names(Some(&vm), &m) {
+        // claim the VM for this migration
+        patch_vm_status(
+            &ctx,
+            &vm,
+            json!({"migration": m.name_any(), "phase": VmPhase::Migrating}),
+        )
+        .await?;
+        vm.status.get_or_insert_default().migration = Some(m.name_any());
+    }
+    let mut run = Run::new(&ctx, &local, &m, &vm, (source, target), &mut st).await?;
+    let o = run.observe(&m, &mut st, deleted).await?;
+    let d = step(st.phase, &o);
+    tracing::debug!(migration = %key, ?o, ?d, "step");
+    run.watch_running_job(&m, &o).await?;
+    for a in &d.actions {
+        run.act(a, &o, &mut m, &mut st).await?;
+    }
+    run.follow(&m, &d, &o).await?;
+    record(&ctx, &local, &mut m, Some(&vm), st, &d).await
+}
+
+/// Pending: check the spec against the VM and the target node, and record source and
+/// target. `Some(why)`: refused.
+async fn check(
+    ctx: &Context,
+    m: &VirtualMachineMigration,
+    vm: Option<&VirtualMachine>,
+    st: &mut VirtualMachineMigrationStatus,
+) -> Result<Option<String>> {
+    st.start_time.get_or_insert_with(now);
+    Ok(match accept(m, vm, st) {
+        Err(why) => Some(why),
+        Ok(t) => vms::ready_node_ip(ctx, &t)
+            .await?
+            .is_none()
+            .then(|| target_not_ready(&t)),
+    })
+}
+
+/// A migration that is over: its finalizer goes.
+async fn finalized(ctx: &Context, m: &mut VirtualMachineMigration) -> Result<KAction> {
+    set_finalizer(ctx, m, false).await?;
+    Ok(KAction::await_change())
+}
+
+/// Record decision `d`: the phase and its reason; at the end the VM is handed back (to the
+/// target's pod when it succeeded, else the source's) and Events tell the outcome before
+/// the status does; the finalizer goes once nothing is left to do.
+async fn record(
+    ctx: &Context,
+    local: &Local,
+    m: &mut VirtualMachineMigration,
+    vm: Option<&VirtualMachine>,
+    mut st: VirtualMachineMigrationStatus,
+    d: &Decision,
+) -> Result<KAction> {
+    let (key, name) = (key_of(m), m.name_any());
+    let was = st.phase;
+    st.enter(d.phase, now_micro);
+    if d.reason.is_some() {
+        st.reason = d.reason.clone();
+    }
+    let terminal = st.phase.is_terminal();
+    if terminal {
+        // its tasks end with it: none may act on the VM's next migration
+        local.end(&key);
+        st.completion_time.get_or_insert_with(now);
+        if let Some(vm) = vm.filter(|v| names(Some(v), m)) {
+            let (node, pod) = match st.phase {
+                Phase::Succeeded => (&st.target_node, &st.target_pod),
+                _ => (&st.source_node, &st.source_pod),
+            };
+            let mut back = json!({"migration": null, "phase": VmPhase::Running});
+            if let (Some(node), Some(pod)) = (node, pod) {
+                back["node"] = json!(node);
+                back["pod"] = json!(pod);
+            }
+            patch_vm_status(ctx, vm, back).await?;
+        }
+    }
+    if was != st.phase {
+        tell(ctx, m, vm, &st, was).await;
+    }
+    patch_status(ctx, m, &st).await?;
+    if !terminal {
+        // the fast paths are woken by the tasks; this is the fallback (and the progress refresh)
+        return Ok(KAction::requeue(Duration::from_millis(500)));
+    }
+    if m.metadata.deletion_timestamp.is_some() || d.actions.is_empty() {
+        set_finalizer(ctx, m, false).await?;
+    }
+    tracing::trace!(migration = %name, "recorded");
+    Ok(if d.actions.is_empty() {
+        KAction::await_change()
+    } else {
+        KAction::requeue(Duration::from_millis(300))
+    })
+}
+
+/// A phase change: logged, and an Event on the migration and on the VM. At the end the
+/// Events are stored before the phase is written: a controller killed in between decides
+/// (and tells) again, where one killed after the write would never tell.
+async fn tell(
+    ctx: &Context,
+    m: &VirtualMachineMigration,
+    vm: Option<&VirtualMachine>,
+    st: &VirtualMachineMigrationStatus,
+    was: Phase,
+) {
+    let name = m.name_any();
+    let warn = matches!(st.phase, Phase::Failed | Phase::Aborted);
+    let ms = |v: Option<u64>| v.map(|d| d.to_string()).unwrap_or("?".into());
+    let note = match (&st.reason, st.phase) {
+        (Some(r), Phase::Failed | Phase::Aborted) => format!("{name}: {:?}: {r}", st.phase),
+        (_, Phase::Succeeded) => format!(
+            "{name}: {} → {}, downtime {} ms, switchover {} ms",
+            st.source_node.as_deref().unwrap_or("?"),
+            st.target_node.as_deref().unwrap_or("?"),
+            ms(st.downtime_ms),
+            ms(st.switchover_ms),
+        ),
+        _ => format!("{name}: {:?}", st.phase),
+    };
+    tracing::info!(migration = %name, from = ?was, to = ?st.phase, reason = ?st.reason, "migration phase");
+    let reason = format!("Migration{:?}", st.phase);
+    let refs = std::iter::once(m.object_ref(&())).chain(vm.map(|v| v.object_ref(&())));
+    for r in refs {
+        if st.phase.is_terminal() {
+            ctx.event_now(r, warn, &reason, "Migrate", note.clone())
+                .await;
+        } else {
+            ctx.event(r, warn, &reason, "Migrate", note.clone());
+        }
+    }
+}

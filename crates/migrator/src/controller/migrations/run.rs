@@ -1,0 +1,361 @@
+//! One reconcile of a migration past its checks: what it reads (the pods, the shims) and
+//! what it does for each of [`step`](crate::core::migration::step)'s actions.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, ResourceExt};
+use roam_shim_api::api::MigrateRequest;
+use roam_shim_api::client::ShimClient;
+use serde_json::json;
+
+use super::tasks::{self, Local, Wait};
+use super::writes::{apply_moves, patch_status, patch_vm_status};
+use super::{key_of, vms};
+use crate::api::{Address, VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus};
+use crate::controller::{Context, failpoint, ovn};
+use crate::core::launcher::{LauncherSpec, launcher_pod, shim_url, vm_key};
+use crate::core::migration::observe::{
+    guest_at, guest_on_target, is_shim_of, job, live, pod_running, record_landing, record_progress,
+    target_pod_state, timed_out, unrecorded_job,
+};
+use crate::core::migration::{Action, Decision, GuestAt, Job, Observed, Phase, RouteAt};
+use crate::core::vm::{
+    Placement, When, flipped_in_pause, moves, nics_of_addresses, ports_on, route_at,
+};
+use crate::error::{Error, Result};
+
+/// What a reconcile knows of the migration's two ends.
+pub(super) struct Run {
+    ctx: Arc<Context>,
+    local: Local,
+    vm: VirtualMachine,
+    key: String,
+    source: String,
+    target: String,
+    target_ip: Option<String>,
+    port: u16,
+    token: String,
+    target_pod: String,
+    target_pod_exists: bool,
+    addresses: Vec<Arc<Address>>,
+    placements: Vec<Placement>,
+    pods: Api<Pod>,
+    source_client: ShimClient,
+}
+
+impl Run {
+    /// Look up the nodes, the VM's token and Addresses; name the target pod in `st`.
+    pub(super) async fn new(
+        ctx: &Arc<Context>,
+        local: &Local,
+        m: &VirtualMachineMigration,
+        vm: &VirtualMachine,
+        (source, target): (String, String),
+        st: &mut VirtualMachineMigrationStatus,
+    ) -> Result<Run> {
+        let port = vm
+            .status
+            .as_ref()
+            .and_then(|s| s.shim_port)
+            .unwrap_or_default();
+        let token = vms::token(ctx, vm).await?;
+        let source_ip = vms::ready_node_ip(ctx, &source).await?.unwrap_or_default();
+        let target_ip = vms::ready_node_ip(ctx, &target).await?;
+        let target_pod = st
+            .target_pod
+            .get_or_insert_with(|| format!("{}-target", m.name_any()))
+            .clone();
+        let addresses = vms::vm_addresses(ctx, vm);
+        let placements = addresses.iter().map(|a| Placement::of(a)).collect();
+        Ok(Run {
+            ctx: ctx.clone(),
+            local: local.clone(),
+            key: key_of(m),
+            source_client: vms::client(vm, &source_ip, port, &token)?,
+            vm: vm.clone(),
+            source,
+            target,
+            target_ip,
+            port,
+            token,
+            target_pod,
+            target_pod_exists: false,
+            addresses,
+            placements,
+            pods: Api::namespaced(ctx.client.clone(), &m.namespace().unwrap_or_default()),
+        })
+    }
+
+    fn client(&self, node_ip: &str) -> Result<ShimClient> {
+        vms::client(&self.vm, node_ip, self.port, &self.token)
+    }
+
+    /// Read the pods and ask the shims; the job's figures go into `st`.
+    pub(super) async fn observe(
+        &mut self,
+        m: &VirtualMachineMigration,
+        st: &mut VirtualMachineMigrationStatus,
+        deleted: bool,
+    ) -> Result<Observed> {
+        let target_pod = self.pods.get_opt(&self.target_pod).await?;
+        self.target_pod_exists = target_pod.is_some();
+        // the target's shim, asked as soon as its pod exists (not when the kubelet gets
+        // round to reporting it Running); only the shim of this very pod counts
+        let target_status = match (live(target_pod.as_ref()), &self.target_ip) {
+            (Some(p), Some(ip)) => self
+                .client(ip)?
+                .status()
+                .await
+                .ok()
+                .filter(|s| is_shim_of(s, &self.target_pod, pod_running(p))),
+            _ => None,
+        };
+        let source_pod = match &st.source_pod {
+            Some(p) => live(self.pods.get_opt(p).await?.as_ref()).is_some(),
+            None => false,
+        };
+        let on_target = guest_on_target(target_pod.as_ref(), target_status.as_ref());
+        // once the guest runs on the target the source's answer changes nothing (the
+        // target's completed job has the figures), and while libvirt tears the source domain
+        // down it can take seconds: do not ask
+        let source_status = if source_pod && !on_target {
+            tokio::time::timeout(Duration::from_secs(10), self.source_client.status())
+                .await
+                .ok()
+                .and_then(|r| r.ok())
+        } else {
+            None
+        };
+        if st.job_id.is_none()
+            && let Some(ip) = &self.target_ip
+            && let Some(id) = unrecorded_job(source_status.as_ref(), &shim_url(ip, self.port))
+        {
+            tracing::info!(migration = %self.key, job = id, "adopting the copy this migration started");
+            st.job_id = Some(id);
+        }
+        record_progress(st, source_status.as_ref());
+        if on_target {
+            record_landing(st, target_status.as_ref(), self.local.paused_at(&self.key));
+        }
+        let start = st.start_time.as_ref().map(|t| t.0);
+        Ok(Observed {
+            invalid: None,
+            deleted,
+            timed_out: timed_out(
+                m.spec.timeout_seconds,
+                start,
+                k8s_openapi::jiff::Timestamp::now(),
+            ),
+            target_pod: target_pod_state(
+                target_pod.as_ref(),
+                &self.target_pod,
+                target_status.as_ref(),
+            ),
+            target_port: ports_on(&self.placements, &self.target),
+            source_pod,
+            job: job(source_status.as_ref(), st.job_id),
+            guest: guest_at(on_target, source_status.as_ref()),
+            route: route_at(&self.placements, &self.target),
+        })
+    }
+
+    /// Start the task that flips the route at the pause, for the source's events after
+    /// `after`.
+    fn watch_switchover(&self, m: &VirtualMachineMigration, ip: &str, after: u64) -> Result<()> {
+        tasks::spawn_switchover(
+            &self.ctx,
+            m,
+            &self.source_client,
+            after,
+            flipped_in_pause(&self.placements),
+            &self.source,
+            &self.target,
+            (self.client(ip)?, self.target_pod.clone()),
+            &self.local,
+        );
+        Ok(())
+    }
+
+    /// A restarted controller watches a running job's events again (the switchover flip).
+    pub(super) async fn watch_running_job(
+        &self,
+        m: &VirtualMachineMigration,
+        o: &Observed,
+    ) -> Result<()> {
+        if o.job == Job::Running
+            && !self.local.running(&self.key)
+            && let Some(ip) = &self.target_ip
+        {
+            self.watch_switchover(m, ip, tasks::last_seq(&self.source_client).await)?;
+        }
+        Ok(())
+    }
+
+    async fn apply(&self, when: When) -> Result<()> {
+        apply_moves(
+            &self.ctx,
+            moves(&self.placements, when, &self.source, &self.target),
+        )
+        .await
+    }
+
+    async fn delete_pod(&self, name: &str) -> Result<()> {
+        match self.pods.delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(e) if Error::is_not_found(&e) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Carry out `a` (idempotent).
+    pub(super) async fn act(
+        &self,
+        a: &Action,
+        o: &Observed,
+        m: &mut VirtualMachineMigration,
+        st: &mut VirtualMachineMigrationStatus,
+    ) -> Result<()> {
+        match a {
+            Action::CreateTarget => self.create_target(m).await,
+            Action::StartMigration => {
+                let Some(ip) = &self.target_ip else {
+                    return Ok(());
+                };
+                let req = MigrateRequest {
+                    target: shim_url(ip, self.port),
+                    target_token: self.token.clone(),
+                    bandwidth_mib_s: m.spec.bandwidth_mib_per_second,
+                    max_downtime_ms: m.spec.max_downtime_ms,
+                    auto_converge: m.spec.auto_converge,
+                    post_copy: m.spec.allow_post_copy,
+                    timeout_s: m.spec.timeout_seconds,
+                };
+                // the events after this point are this job's
+                let after = tasks::last_seq(&self.source_client).await;
+                let job = self
+                    .source_client
+                    .migrate(&req)
+                    .await
+                    .map_err(|source| Error::Shim {
+                        vm: vm_key(&self.vm),
+                        source,
+                    })?;
+                failpoint("migration-started");
+                st.job_id = Some(job.id);
+                // record the job before anything else can happen
+                patch_status(&self.ctx, m, st).await?;
+                self.watch_switchover(m, ip, after)
+            }
+            Action::AbortMigration => {
+                if let Err(e) = self.source_client.abort().await {
+                    tracing::warn!(migration = %self.key, error = %e, "abort");
+                }
+                Ok(())
+            }
+            // in the pause only the /32s flip; once the guest runs there, every port
+            Action::RouteToTarget if o.guest == GuestAt::Target => {
+                self.apply(When::GuestOnTarget).await
+            }
+            Action::RouteToTarget => self.apply(When::Paused).await,
+            Action::RouteToSource => self.apply(When::GuestOnSource).await,
+            Action::DeleteSource => {
+                // the VM is the target's now, then the source pod goes
+                patch_vm_status(
+                    &self.ctx,
+                    &self.vm,
+                    json!({"node": self.target, "pod": self.target_pod}),
+                )
+                .await?;
+                match &st.source_pod {
+                    Some(p) => self.delete_pod(p).await,
+                    None => Ok(()),
+                }
+            }
+            Action::DeleteTarget => {
+                self.delete_pod(&self.target_pod).await?;
+                if o.route == RouteAt::Source {
+                    self.apply(When::TargetGone).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The VM's ports on the target too (programmed before the pod exists), then the
+    /// target launcher pod, pinned to the target node, waiting for the incoming migration.
+    async fn create_target(&self, m: &VirtualMachineMigration) -> Result<()> {
+        let Some(ip) = &self.target_ip else {
+            return Ok(());
+        };
+        if self.addresses.is_empty() {
+            return Ok(());
+        }
+        self.apply(When::PrepareTarget).await?;
+        let networks: BTreeSet<&str> = self
+            .addresses
+            .iter()
+            .map(|a| a.spec.network.as_str())
+            .collect();
+        for n in networks {
+            let t = ovn::request(&self.ctx, n);
+            ovn::wait(&self.ctx, n, t).await?;
+        }
+        if self.target_pod_exists {
+            return Ok(());
+        }
+        let refs: Vec<&Address> = self.addresses.iter().map(|a| &**a).collect();
+        let nics = nics_of_addresses(&vm_key(&self.vm), &self.target, &refs);
+        let name = m.name_any();
+        let l = LauncherSpec {
+            pod: self.target_pod.clone(),
+            node: &self.target,
+            node_ip: ip,
+            mode: "incoming",
+            migration: Some(&name),
+            nics: &nics,
+            port: self.port,
+            token: &self.token,
+        };
+        let pod = launcher_pod(&self.ctx.config.vm, &self.vm, &l)?;
+        match self.pods.create(&PostParams::default(), &pod).await {
+            Ok(_) => Ok(()),
+            Err(e) if Error::is_conflict(&e) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// After the actions: a scheduling target is polled until its shim answers; a migration
+    /// that ended leaves the ports only where the guest runs.
+    pub(super) async fn follow(
+        &self,
+        m: &VirtualMachineMigration,
+        d: &Decision,
+        o: &Observed,
+    ) -> Result<()> {
+        if d.phase == Phase::TargetScheduling
+            && let Some(ip) = &self.target_ip
+        {
+            let client = self.client(ip)?;
+            tasks::spawn_target_wait(m, client, self.target_pod.clone(), Wait::Ready, &self.local);
+        }
+        if d.phase.is_terminal() {
+            // no task may act on the VM once it settled
+            self.local.end(&self.key);
+            let when = if d.phase == Phase::Succeeded {
+                Some(When::Succeeded { source_pod: false })
+            } else if o.guest == GuestAt::Source {
+                Some(When::RolledBack)
+            } else {
+                None
+            };
+            if let Some(when) = when {
+                self.apply(when).await?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,412 @@
+//! A VM's launcher pod, pure: the host-network pod pinned to a node that runs roam-shim with
+//! everything it needs on its command line (so the shim never waits for an annotation), and
+//! the names a VM's pods, domain and shim go by.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Resource, ResourceExt};
+use roam_shim_api::token::TokenDigest;
+use serde_json::json;
+
+use crate::api::{Boot, VirtualMachine};
+use crate::core::claim::VM_LABEL;
+use crate::core::vm::VmNic;
+use crate::error::{Error, Result};
+
+/// The label that marks a VM's launcher pod (value `true`).
+pub const LAUNCHER_LABEL: &str = "roam.dev/launcher";
+/// The annotation on a migration's target launcher pod: the migration's name.
+pub const MIGRATION_ANNOTATION: &str = "roam.dev/migration";
+/// Where the launcher pod keeps its state.
+const STATE_DIR: &str = "/var/lib/roam-shim";
+
+/// What the VM controller needs to build launcher pods.
+#[derive(Clone, Debug)]
+pub struct VmConfig {
+    /// The launcher image (roam-shim).
+    pub launcher_image: String,
+    /// The ports the shims' APIs may use (host network).
+    pub shim_ports: (u16, u16),
+    /// How one node's libvirtd reaches another's, `{node}` and `{ip}` replaced.
+    pub peer_libvirt_uri: String,
+    /// The host directory for the guests' serial logs (hostPath in the launcher pods).
+    pub vm_log_dir: String,
+    /// The launcher pods' PriorityClass, if any (a critical class keeps a running VM from
+    /// being evicted under node pressure).
+    pub priority_class: Option<String>,
+}
+
+/// Whether `p` is a VM launcher pod.
+pub fn is_launcher(p: &Pod) -> bool {
+    p.labels().get(LAUNCHER_LABEL).map(String::as_str) == Some("true")
+}
+
+/// Whether the pod's phase is Running.
+pub fn pod_running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+/// Whether the pod's phase is Failed.
+pub fn pod_failed(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+}
+
+/// `namespace/name`.
+pub fn vm_key(vm: &VirtualMachine) -> String {
+    format!("{}/{}", vm.namespace().unwrap_or_default(), vm.name_any())
+}
+
+/// The libvirt domain name of a VM (the same on every node).
+pub fn domain_name(ns: &str, vm: &str) -> String {
+    format!("{ns}_{vm}")
+}
+
+/// The shim's URL on a node.
+pub fn shim_url(node_ip: &str, port: u16) -> String {
+    format!("http://{node_ip}:{port}")
+}
+
+/// What a launcher pod needs to know.
+pub struct LauncherSpec<'a> {
+    /// The pod's name.
+    pub pod: String,
+    /// Its node.
+    pub node: &'a str,
+    /// The node's IP.
+    pub node_ip: &'a str,
+    /// `boot` or `incoming`.
+    pub mode: &'a str,
+    /// The migration, for a target pod.
+    pub migration: Option<&'a str>,
+    /// The VM's NICs on this node, in the guest's order.
+    pub nics: &'a [VmNic],
+    /// The shim's API port.
+    pub port: u16,
+    /// The VM's API token: the pod carries only its digest (`--token-sha256`), so it mounts
+    /// no Secret and its start never waits on the kubelet being allowed to read one.
+    pub token: &'a str,
+}
+
+/// The launcher pod of `vm` (pure).
+pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -> Result<Pod> {
+    let ns = vm.namespace().unwrap_or_default();
+    let name = vm.name_any();
+    let serial = format!("{}/{ns}_{name}.serial.log", cfg.vm_log_dir);
+    let mut args: Vec<(String, String)> = vec![
+        ("name".into(), domain_name(&ns, &name)),
+        ("vcpus".into(), vm.spec.cpu.to_string()),
+        ("memory-mib".into(), vm.spec.memory_mib.to_string()),
+    ];
+    let mut host_dirs: BTreeSet<String> = BTreeSet::new();
+    let parent = |p: &str| -> Result<String> {
+        std::path::Path::new(p)
+            .parent()
+            .filter(|d| p.starts_with('/') && d != &std::path::Path::new("/"))
+            .map(|d| d.display().to_string())
+            .ok_or_else(|| Error::InvalidVm {
+                vm: vm_key(vm),
+                problem: format!("boot path {p:?}: give an absolute path to a file on the nodes"),
+            })
+    };
+    match &vm.spec.boot {
+        Boot::Kernel {
+            kernel,
+            initrd,
+            cmdline,
+        } => {
+            host_dirs.insert(parent(kernel)?);
+            args.push(("kernel".into(), kernel.clone()));
+            if let Some(i) = initrd {
+                host_dirs.insert(parent(i)?);
+                args.push(("initrd".into(), i.clone()));
+            }
+            if let Some(c) = cmdline {
+                args.push(("cmdline".into(), c.clone()));
+            }
+        }
+        Boot::Disk { image, format } => {
+            host_dirs.insert(parent(image)?);
+            args.push(("disk".into(), image.clone()));
+            args.push(("disk-format".into(), format.clone()));
+        }
+    }
+    let peer = cfg
+        .peer_libvirt_uri
+        .replace("{node}", l.node)
+        .replace("{ip}", l.node_ip);
+    match l.nics {
+        [] => {
+            return Err(Error::InvalidVm {
+                vm: vm_key(vm),
+                problem: "a launcher pod without a NIC".into(),
+            });
+        }
+        // one NIC: the flags every roam-shim understands
+        [one] => args.extend([
+            ("mac".to_string(), one.mac.clone()),
+            ("tap".to_string(), one.tap.clone()),
+            ("ovn-port".to_string(), one.ovn_port.clone()),
+        ]),
+        several => args.push((
+            "nics".into(),
+            several
+                .iter()
+                .map(|n| format!("{}/{}/{}", n.mac, n.tap, n.ovn_port))
+                .collect::<Vec<_>>()
+                .join(","),
+        )),
+    }
+    args.extend(
+        [
+            ("serial-log", serial),
+            ("node", l.node.to_string()),
+            ("libvirt-uri", "qemu:///system".into()),
+            ("ovs-db", "unix:/run/openvswitch/db.sock".into()),
+            ("peer-libvirt-uri", peer),
+            ("migration-uri", format!("tcp://{}", l.node_ip)),
+            ("listen", format!("{}:{}", l.node_ip, l.port)),
+            ("token-sha256", TokenDigest::of(l.token).to_string()),
+            ("state-file", format!("{STATE_DIR}/state.json")),
+            ("mode", l.mode.to_string()),
+            ("instance", l.pod.clone()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v)),
+    );
+    let args: Vec<String> = args
+        .into_iter()
+        .flat_map(|(k, v)| [format!("--{k}"), v])
+        .collect();
+    let mut volumes = vec![
+        json!({"name": "libvirt", "hostPath": {"path": "/run/libvirt", "type": "Directory"}}),
+        json!({"name": "openvswitch", "hostPath": {"path": "/run/openvswitch", "type": "Directory"}}),
+        json!({"name": "logs", "hostPath": {"path": cfg.vm_log_dir, "type": "DirectoryOrCreate"}}),
+        json!({"name": "state", "emptyDir": {}}),
+    ];
+    let mut mounts = vec![
+        json!({"name": "libvirt", "mountPath": "/run/libvirt"}),
+        // libvirt's client looks under /var/run (its LOCALSTATEDIR), not a symlink in every image
+        json!({"name": "libvirt", "mountPath": "/var/run/libvirt"}),
+        json!({"name": "openvswitch", "mountPath": "/run/openvswitch"}),
+        json!({"name": "logs", "mountPath": cfg.vm_log_dir}),
+        json!({"name": "state", "mountPath": STATE_DIR}),
+    ];
+    for (i, d) in host_dirs.iter().enumerate() {
+        volumes.push(
+            json!({"name": format!("boot{i}"), "hostPath": {"path": d, "type": "Directory"}}),
+        );
+        mounts.push(json!({"name": format!("boot{i}"), "mountPath": d, "readOnly": true}));
+    }
+    let mut annotations = BTreeMap::new();
+    if let Some(m) = l.migration {
+        annotations.insert(MIGRATION_ANNOTATION.to_string(), m.to_string());
+    }
+    let owner = vm.controller_owner_ref(&()).map(|o| vec![o]);
+    let pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": l.pod,
+            "namespace": ns,
+            "labels": {VM_LABEL: name, LAUNCHER_LABEL: "true"},
+            "annotations": annotations,
+            "ownerReferences": owner,
+        },
+        "spec": {
+            "nodeName": l.node,
+            "priorityClassName": cfg.priority_class,
+            "hostNetwork": true,
+            "dnsPolicy": "ClusterFirstWithHostNet",
+            // the shim never calls the API server: no ServiceAccount token to mount, and its
+            // own token comes as a digest on the command line. A Secret a new pod mounts is a
+            // race its node's kubelet can lose against the API server's node authorizer
+            // (forbidden, then ~1.8 s of cache timeout and mount retries before the sandbox)
+            "automountServiceAccountToken": false,
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{
+                "name": "shim",
+                "image": cfg.launcher_image,
+                "imagePullPolicy": "IfNotPresent",
+                "args": args,
+                "securityContext": {"privileged": true},
+                "volumeMounts": mounts,
+            }],
+            "volumes": volumes,
+        }
+    });
+    serde_json::from_value(pod).map_err(|e| Error::InvalidVm {
+        vm: vm_key(vm),
+        problem: format!("launcher pod: {e}"),
+    })
+}
+
+/// The name of a VM's token Secret.
+pub fn token_secret(vm: &str) -> String {
+    format!("{vm}-shim-token")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::VirtualMachineSpec;
+    use crate::core::vm::tap_name;
+
+    fn vm() -> VirtualMachine {
+        let mut v = VirtualMachine::new(
+            "demo",
+            serde_json::from_value::<VirtualMachineSpec>(json!({
+                "cpu": 1, "memoryMiB": 256,
+                "boot": {"kernel": {"kernel": "/g/vmlinuz", "initrd": "/g/initrd", "cmdline": "console=ttyS0"}}
+            }))
+            .unwrap(),
+        );
+        v.metadata.namespace = Some("ns".into());
+        v.metadata.uid = Some("u".into());
+        v
+    }
+
+    fn cfg() -> VmConfig {
+        VmConfig {
+            launcher_image: "img".into(),
+            shim_ports: (17100, 17199),
+            peer_libvirt_uri: "qemu+tcp://{ip}/system".into(),
+            vm_log_dir: "/var/log/roam".into(),
+            priority_class: None,
+        }
+    }
+
+    fn nic(i: usize, port: &str) -> VmNic {
+        VmNic {
+            name: format!("eth{i}"),
+            address: format!("a{i}"),
+            ip: format!("10.0.0.{}", 10 + i),
+            mac: format!("0a:58:64:40:00:0{}", 5 + i),
+            tap: crate::core::vm::nic_tap("ns/demo", i),
+            ovn_port: port.into(),
+        }
+    }
+
+    #[test]
+    fn taps_are_short_and_distinct() {
+        let a = tap_name("ns/demo-launcher");
+        let b = tap_name("ns/demo-1-target");
+        assert!(a.len() <= 15 && b.len() <= 15);
+        assert_ne!(a, b);
+        assert_eq!(a, tap_name("ns/demo-launcher"));
+    }
+
+    #[test]
+    fn several_nics_go_to_the_shim_as_one_nics_flag_in_order() {
+        let nics = [nic(0, "a0.node-a"), nic(1, "v150-198-18-150-5")];
+        let l = LauncherSpec {
+            pod: "demo-launcher".into(),
+            node: "node-a",
+            node_ip: "10.0.0.1",
+            mode: "boot",
+            migration: None,
+            nics: &nics,
+            port: 17100,
+            token: "t0ken",
+        };
+        let p = launcher_pod(&cfg(), &vm(), &l).unwrap();
+        let args = p.spec.unwrap().containers[0].args.clone().unwrap();
+        assert!(!args.contains(&"--mac".to_string()), "{args:?}");
+        let i = args.iter().position(|a| a == "--nics").unwrap();
+        assert_eq!(
+            args[i + 1],
+            format!(
+                "0a:58:64:40:00:05/{}/a0.node-a,0a:58:64:40:00:06/{}1/v150-198-18-150-5",
+                tap_name("ns/demo"),
+                tap_name("ns/demo")
+            )
+        );
+        let none = LauncherSpec { nics: &[], ..l };
+        assert!(matches!(
+            launcher_pod(&cfg(), &vm(), &none),
+            Err(Error::InvalidVm { .. })
+        ));
+    }
+
+    #[test]
+    fn launcher_pod_is_pinned_host_network_with_the_shim_args() {
+        let l = LauncherSpec {
+            pod: "demo-launcher".into(),
+            node: "node-a",
+            node_ip: "10.0.0.1",
+            mode: "boot",
+            migration: None,
+            nics: &[VmNic {
+                mac: "0a:58:64:40:00:05".into(),
+                ovn_port: "a.node-a".into(),
+                ..nic(0, "")
+            }],
+            port: 17100,
+            token: "t0ken",
+        };
+        let p = launcher_pod(&cfg(), &vm(), &l).unwrap();
+        let spec = p.spec.unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("node-a"));
+        assert_eq!(spec.host_network, Some(true));
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        // nothing the target node's kubelet must fetch through the node authorizer
+        for v in spec.volumes.iter().flatten() {
+            assert!(
+                v.secret.is_none() && v.config_map.is_none() && v.projected.is_none(),
+                "volume {} comes from the API: {v:?}",
+                v.name
+            );
+        }
+        let args = spec.containers[0].args.clone().unwrap();
+        assert!(!args.contains(&"--token-file".to_string()), "{args:?}");
+        assert!(
+            !args.iter().any(|a| a.contains("t0ken")),
+            "the token itself is not in the pod: {args:?}"
+        );
+        let get = |k: &str| {
+            let i = args.iter().position(|a| a == &format!("--{k}")).unwrap();
+            args[i + 1].clone()
+        };
+        assert_eq!(get("mac"), "0a:58:64:40:00:05");
+        assert_eq!(get("ovn-port"), "a.node-a");
+        assert_eq!(get("listen"), "10.0.0.1:17100");
+        assert_eq!(get("peer-libvirt-uri"), "qemu+tcp://10.0.0.1/system");
+        assert_eq!(get("name"), "ns_demo");
+        assert_eq!(get("mode"), "boot");
+        assert_eq!(get("token-sha256"), TokenDigest::of("t0ken").to_string());
+        assert_eq!(
+            get("instance"),
+            "demo-launcher",
+            "the shim says which pod runs it"
+        );
+        assert!(is_launcher(&Pod {
+            metadata: p.metadata.clone(),
+            ..Default::default()
+        }));
+    }
+
+    #[test]
+    fn a_relative_kernel_path_is_refused() {
+        let mut v = vm();
+        v.spec.boot = Boot::Kernel {
+            kernel: "vmlinuz".into(),
+            initrd: None,
+            cmdline: None,
+        };
+        let l = LauncherSpec {
+            pod: "p".into(),
+            node: "n",
+            node_ip: "1.2.3.4",
+            mode: "boot",
+            migration: None,
+            nics: &[nic(0, "o")],
+            port: 1,
+            token: "t0ken",
+        };
+        assert!(matches!(
+            launcher_pod(&cfg(), &v, &l),
+            Err(Error::InvalidVm { .. })
+        ));
+    }
+}
