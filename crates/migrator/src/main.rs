@@ -221,7 +221,7 @@ async fn main() -> anyhow::Result<()> {
         ovn_debounce: Duration::from_millis(flags.ovn_debounce_ms),
         sweep_period: Duration::from_millis(flags.sweep_period_ms),
         identity: flags.identity.clone(),
-        vm: core::launcher::VmConfig {
+        vm: roam_migrator::core::launcher::VmConfig {
             launcher_image: flags.launcher_image.clone(),
             shim_ports: flags.shim_ports,
             peer_libvirt_uri: flags.peer_libvirt_uri.clone(),
