@@ -3,9 +3,18 @@
 /// Result with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What went wrong talking to a shim.
+/// What went wrong talking to a shim, or with a shim's command line.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A launch argument (flag or config file key) is missing or malformed.
+    #[error("{flag}: {problem}")]
+    LaunchArg {
+        /// The flag at fault, as written on the command line (`--listen`), or `--config`
+        /// for the config file itself.
+        flag: String,
+        /// What is wrong and what is expected.
+        problem: String,
+    },
     /// The request is malformed (checked before it is sent).
     #[error("bad request: {0}")]
     BadRequest(String),

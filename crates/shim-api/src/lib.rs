@@ -4,6 +4,8 @@
 //! - [`api`]: the endpoints, request/answer types and request validation (pure);
 //! - [`events`]: the domain's lifecycle events in the migrator's words (pure);
 //! - [`client`]: an async HTTP/1.1 client of the API;
+//! - [`launch`]: the shim's command line, typed: rendered by the controller, parsed by the
+//!   shim (pure);
 //! - [`token`]: the VM's API token as a shim checks it (its SHA-256 digest).
 //!
 //! The server, the libvirt runtime and the mapping from libvirt's codes live in
@@ -14,6 +16,7 @@ pub mod api;
 pub mod client;
 mod error;
 pub mod events;
+pub mod launch;
 pub mod token;
 
 pub use error::{Error, Result};

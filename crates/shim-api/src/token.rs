@@ -4,9 +4,9 @@
 //! given the digest (`--token-sha256`) instead of a token file. The controller does exactly
 //! that: the launcher pod carries the digest on its command line and mounts no Secret, so the
 //! target pod's start never waits on the kubelet fetching one (a new pod's Secret is refused by
-//! the API server's node authorizer until it learns the pod is on that node, then retried after
-//! ~1 s: the one cause of a migration's overhead over 2 s on the lab). The token is 192 random
-//! bits, so its digest, readable by whoever may read the pod, gives nothing away.
+//! the API server's node authorizer until it learns the pod is on that node, then retried
+//! later). The token is 192 random bits, so its digest, readable by whoever may read the pod,
+//! gives nothing away.
 
 use std::fmt;
 

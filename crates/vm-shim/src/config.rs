@@ -1,143 +1,24 @@
-//! The shim's configuration: a JSON file (`--config FILE`) and/or flags (`--KEY VALUE`, the
-//! same keys with `-` for `_`; a flag overrides the file). Everything is checked — the VM
-//! spec, that the kernel/initrd/disk exist, the token file, the addresses — before the shim
-//! touches libvirt, OVS or the kernel: a bad config creates nothing.
+//! The shim's configuration: its command line ([`roam_shim_api::launch`], which the controller
+//! renders into a launcher pod) and/or a JSON config file (`--config FILE`, the same keys
+//! with `_` for `-`; a flag overrides the file). Everything is checked — the VM spec, that
+//! the kernel/initrd/disk exist, the token file, the addresses — before the shim touches
+//! libvirt, OVS or the kernel: a bad config creates nothing.
 //!
 //! The API token is given either as a file holding it (`--token-file`) or as its SHA-256 digest
 //! (`--token-sha256`, 64 hex digits): the shim only checks tokens, so the digest is enough, and
 //! a launcher pod that carries it mounts no Secret (see [`roam_shim_api::token`]).
-//!
-//! ```text
-//! roam-shim --config /etc/roam/vm.json --listen 0.0.0.0:17001
-//! roam-shim --name vm1 --vcpus 1 --memory-mib 256 --kernel /guest/vmlinuz \
-//!   --initrd /guest/initramfs.gz --cmdline 'console=ttyS0' --mac 52:54:00:00:00:01 \
-//!   --tap vm1-tap --ovn-port vm1 --serial-log /var/log/vm1.log --node node-a \
-//!   --libvirt-uri qemu:///system --peer-libvirt-uri qemu+tcp://node-a/system \
-//!   --migration-uri tcp://10.0.0.11 --ovs-db unix:/run/openvswitch/db.sock \
-//!   --listen 0.0.0.0:17001 --token-file /secret/token --state-file /var/lib/roam/vm1.json \
-//!   --mode boot --instance vm1-launcher
-//! ```
-//!
-//! A VM with several NICs gives `--nics MAC/TAP/OVN-PORT,MAC/TAP/OVN-PORT,…` (in the guest's
-//! order: `eth0`, `eth1`, …; in a config file also a list of `{"mac","tap","ovn_port"}`)
-//! instead of `--mac`, `--tap` and `--ovn-port`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-use serde_json::{Map, Value};
-
+use roam_shim_api::launch::{LaunchArgs, LaunchBoot, LaunchToken, flag};
 use roam_shim_api::token::TokenDigest;
 
 use crate::domain::Accel;
 use crate::spec::{Boot, Nic, VmSpec};
 use crate::{Error, Result};
 
-/// What the shim does at start when its domain does not run on this node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// Boot the VM here — once in the shim's life (recorded in the state file), so a shim
-    /// restarted after its VM migrated away never boots a second copy.
-    Boot,
-    /// Wait for an incoming migration (a migration's target).
-    Incoming,
-}
-
-/// The config as written (file and flags): flat, every key a flag.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawConfig {
-    name: String,
-    vcpus: u32,
-    memory_mib: u64,
-    kernel: Option<PathBuf>,
-    initrd: Option<PathBuf>,
-    #[serde(default)]
-    cmdline: String,
-    disk: Option<PathBuf>,
-    disk_format: Option<String>,
-    mac: Option<String>,
-    tap: Option<String>,
-    ovn_port: Option<String>,
-    nics: Option<RawNics>,
-    serial_log: PathBuf,
-    node: String,
-    libvirt_uri: String,
-    peer_libvirt_uri: String,
-    migration_uri: String,
-    ovs_db: String,
-    #[serde(default = "default_bridge")]
-    bridge: String,
-    listen: String,
-    #[serde(default)]
-    token_file: Option<PathBuf>,
-    #[serde(default)]
-    token_sha256: Option<String>,
-    state_file: PathBuf,
-    mode: Mode,
-    #[serde(default)]
-    kvm: bool,
-    #[serde(default)]
-    instance: Option<String>,
-}
-
-/// `nics`: the flag's `MAC/TAP/OVN-PORT,…` or, in a file, a list of objects.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
-enum RawNics {
-    Text(String),
-    List(Vec<RawNic>),
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawNic {
-    mac: String,
-    tap: String,
-    ovn_port: String,
-}
-
-/// The NICs of a config: `nics`, or the one NIC of `mac` + `tap` + `ovn_port` (pure).
-fn raw_nics(raw: &RawConfig) -> Result<Vec<RawNic>> {
-    let single = [&raw.mac, &raw.tap, &raw.ovn_port];
-    match &raw.nics {
-        Some(_) if single.iter().any(|f| f.is_some()) => Err(config_err(
-            "give the NICs either as nics or as mac + tap + ovn_port, not both",
-        )),
-        Some(RawNics::List(list)) => Ok(list.clone()),
-        Some(RawNics::Text(text)) => text
-            .split(',')
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
-            .map(|e| match e.split('/').collect::<Vec<_>>().as_slice() {
-                [mac, tap, port] => Ok(RawNic {
-                    mac: mac.to_string(),
-                    tap: tap.to_string(),
-                    ovn_port: port.to_string(),
-                }),
-                _ => Err(config_err(format!(
-                    "nics entry {e:?}: use MAC/TAP/OVN-PORT (entries separated by commas)"
-                ))),
-            })
-            .collect(),
-        None => match single {
-            [Some(mac), Some(tap), Some(ovn_port)] => Ok(vec![RawNic {
-                mac: mac.clone(),
-                tap: tap.clone(),
-                ovn_port: ovn_port.clone(),
-            }]),
-            _ => Err(config_err(
-                "give the VM's NIC: mac, tap and ovn_port (or nics for several)",
-            )),
-        },
-    }
-}
-
-fn default_bridge() -> String {
-    "br-int".into()
-}
+pub use roam_shim_api::launch::Mode;
 
 /// The checked configuration.
 #[derive(Clone, Debug)]
@@ -185,162 +66,68 @@ impl ShimConfig {
     }
 }
 
-/// Keys whose flag values are numbers.
-const NUMERIC: &[&str] = &["vcpus", "memory_mib"];
-/// Keys whose flags take no value.
-const SWITCHES: &[&str] = &["kvm"];
-
 fn config_err(problem: impl Into<String>) -> Error {
     Error::Config(problem.into())
 }
 
-/// Merge a config file's JSON (if any) and flags into one object (pure).
-pub fn merge(file_json: Option<&str>, flags: &[String]) -> Result<Map<String, Value>> {
-    let mut map = match file_json {
-        Some(text) => match serde_json::from_str::<Value>(text) {
-            Ok(Value::Object(m)) => m,
-            Ok(_) => return Err(config_err("the config file must hold one JSON object")),
-            Err(e) => return Err(config_err(format!("the config file is not JSON: {e}"))),
-        },
-        None => Map::new(),
-    };
-    let mut it = flags.iter();
-    while let Some(flag) = it.next() {
-        let key = flag
-            .strip_prefix("--")
-            .ok_or_else(|| config_err(format!("{flag:?}: flags look like --KEY VALUE")))?
-            .replace('-', "_");
-        if SWITCHES.contains(&key.as_str()) {
-            map.insert(key, Value::Bool(true));
-            continue;
-        }
-        let value = it
-            .next()
-            .ok_or_else(|| config_err(format!("{flag} needs a value")))?;
-        let value = if NUMERIC.contains(&key.as_str()) {
-            Value::from(
-                value
-                    .parse::<u64>()
-                    .map_err(|_| config_err(format!("{flag} {value:?}: not a number")))?,
-            )
-        } else {
-            Value::String(value.clone())
-        };
-        map.insert(key, value);
-    }
-    Ok(map)
+/// Parse a config file's JSON (if any) overridden by flags (pure).
+pub fn parse_args(file_json: Option<&str>, flags: &[String]) -> Result<LaunchArgs> {
+    Ok(match file_json {
+        Some(text) => LaunchArgs::parse_with_file(text, flags)?,
+        None => LaunchArgs::parse(flags)?,
+    })
 }
 
-/// Turn the merged config into a [`ShimConfig`] without I/O: field syntax and the VM spec.
+/// Turn the launch arguments into a [`ShimConfig`] without I/O: the VM spec and the token.
 /// A token file is read by the caller's `read_token`.
-fn build(
-    map: Map<String, Value>,
-    read_token: impl FnOnce(&Path) -> Result<String>,
-) -> Result<ShimConfig> {
-    let raw: RawConfig = serde_json::from_value(Value::Object(map))
-        .map_err(|e| config_err(format!("{e} (see roam-shim --help)")))?;
-    let boot = match (&raw.kernel, &raw.disk) {
-        (Some(kernel), None) => Boot::Kernel {
-            kernel: kernel.clone(),
-            initrd: raw.initrd.clone(),
-            cmdline: raw.cmdline.clone(),
+fn build(args: LaunchArgs, read_token: impl FnOnce(&Path) -> Result<String>) -> Result<ShimConfig> {
+    let boot = match args.boot {
+        LaunchBoot::Kernel {
+            kernel,
+            initrd,
+            cmdline,
+        } => Boot::Kernel {
+            kernel,
+            initrd,
+            cmdline,
         },
-        (None, Some(disk)) => Boot::Disk {
-            image: disk.clone(),
-            format: raw.disk_format.clone().unwrap_or_else(|| "qcow2".into()),
-        },
-        _ => {
-            return Err(config_err(
-                "give exactly one boot source: kernel (with optional initrd and cmdline) or disk",
-            ));
-        }
+        LaunchBoot::Disk { image, format } => Boot::Disk { image, format },
     };
-    let raw_nics = raw_nics(&raw)?;
-    let mut nics = Vec::new();
-    for n in &raw_nics {
-        let mac = n
-            .mac
-            .parse()
-            .map_err(|e| config_err(format!("mac {:?}: {e}", n.mac)))?;
-        if n.ovn_port.trim().is_empty() {
-            return Err(config_err(format!("ovn_port is empty (tap {})", n.tap)));
-        }
-        nics.push(Nic {
-            mac,
-            tap: n.tap.clone(),
-        });
-    }
     let vm = VmSpec {
-        name: raw.name.clone(),
-        vcpus: raw.vcpus,
-        memory_mib: raw.memory_mib,
+        name: args.name,
+        vcpus: args.vcpus,
+        memory_mib: args.memory_mib,
         boot,
-        nics,
-        serial_log: raw.serial_log.clone(),
+        nics: args
+            .nics
+            .iter()
+            .map(|n| Nic {
+                mac: n.mac,
+                tap: n.tap.clone(),
+            })
+            .collect(),
+        serial_log: args.serial_log,
     };
     vm.validate()?;
-    for (what, v) in [
-        ("node", &raw.node),
-        ("libvirt_uri", &raw.libvirt_uri),
-        ("peer_libvirt_uri", &raw.peer_libvirt_uri),
-        ("bridge", &raw.bridge),
-    ] {
-        if v.trim().is_empty() {
-            return Err(config_err(format!("{what} is empty")));
-        }
-    }
-    match raw.migration_uri.strip_prefix("tcp://") {
-        Some(h) if !h.is_empty() && !h.contains('/') => {}
-        _ => {
-            return Err(config_err(format!(
-                "migration_uri {:?}: use tcp://HOST (this node's address for the migration stream)",
-                raw.migration_uri
-            )));
-        }
-    }
-    roam_network::ovsdb::Endpoint::parse(&raw.ovs_db).map_err(|_| {
-        config_err(format!(
-            "ovs_db {:?}: use unix:PATH or tcp:HOST:PORT",
-            raw.ovs_db
-        ))
-    })?;
-    let listen: SocketAddr = raw
-        .listen
-        .parse()
-        .map_err(|_| config_err(format!("listen {:?}: use IP:PORT", raw.listen)))?;
-    if !raw.state_file.is_absolute() {
-        return Err(config_err(format!(
-            "state_file {}: use an absolute path",
-            raw.state_file.display()
-        )));
-    }
-    let token = match (&raw.token_file, &raw.token_sha256) {
-        (Some(file), None) => TokenDigest::of(&read_token(file)?),
-        (None, Some(hex)) => {
-            TokenDigest::parse_hex(hex).map_err(|e| config_err(format!("token_sha256: {e}")))?
-        }
-        _ => {
-            return Err(config_err(
-                "give exactly one of token_file (a file holding the VM's API token) and \
-                 token_sha256 (the token's SHA-256 digest, 64 hex digits)",
-            ));
-        }
+    let token = match &args.token {
+        LaunchToken::File(file) => TokenDigest::of(&read_token(file)?),
+        LaunchToken::Sha256(digest) => digest.clone(),
     };
     Ok(ShimConfig {
         vm,
-        ovn_ports: raw_nics.into_iter().map(|n| n.ovn_port).collect(),
-        node: raw.node,
-        libvirt_uri: raw.libvirt_uri,
-        peer_libvirt_uri: raw.peer_libvirt_uri,
-        migration_uri: raw.migration_uri,
-        ovs_db: raw.ovs_db,
-        bridge: raw.bridge,
-        listen,
+        ovn_ports: args.nics.into_iter().map(|n| n.ovn_port).collect(),
+        node: args.node,
+        libvirt_uri: args.libvirt_uri,
+        peer_libvirt_uri: args.peer_libvirt_uri,
+        migration_uri: args.migration_uri.to_string(),
+        ovs_db: args.ovs_db.to_string(),
+        bridge: args.bridge,
+        listen: args.listen,
         token,
-        state_file: raw.state_file,
-        mode: raw.mode,
-        accel: if raw.kvm { Accel::Kvm } else { Accel::Tcg },
-        instance: raw.instance.filter(|i| !i.trim().is_empty()),
+        state_file: args.state_file,
+        mode: args.mode,
+        accel: if args.kvm { Accel::Kvm } else { Accel::Tcg },
+        instance: args.instance,
     })
 }
 
@@ -370,7 +157,7 @@ pub fn load(args: &[String]) -> Result<ShimConfig> {
     let mut flags = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        if a == "--config" {
+        if a == flag::CONFIG {
             let p = it
                 .next()
                 .ok_or_else(|| config_err("--config needs a file"))?;
@@ -382,8 +169,7 @@ pub fn load(args: &[String]) -> Result<ShimConfig> {
             flags.push(a.clone());
         }
     }
-    let map = merge(file.as_deref(), &flags)?;
-    let cfg = build(map, |p| {
+    let cfg = build(parse_args(file.as_deref(), &flags)?, |p| {
         let text = std::fs::read_to_string(p)
             .map_err(|e| config_err(format!("cannot read the token file {}: {e}", p.display())))?;
         parse_token(p, &text)
@@ -474,13 +260,13 @@ mod tests {
         ])
     }
 
-    fn build_ok(map: Map<String, Value>) -> Result<ShimConfig> {
-        build(map, |_| Ok("tok".into()))
+    fn build_ok(args: LaunchArgs) -> Result<ShimConfig> {
+        build(args, |_| Ok("tok".into()))
     }
 
     #[test]
     fn flags_make_a_config() {
-        let c = build_ok(merge(None, &full_flags()).unwrap()).unwrap();
+        let c = build_ok(parse_args(None, &full_flags()).unwrap()).unwrap();
         assert_eq!(c.vm.name, "vm1");
         assert_eq!(c.vm.memory_mib, 256);
         assert_eq!(c.bridge, "br-int");
@@ -492,7 +278,7 @@ mod tests {
         assert_eq!(c.instance, None);
         let mut f = full_flags();
         f.extend(flags(&["--instance", "vm1-launcher"]));
-        let c = build_ok(merge(None, &f).unwrap()).unwrap();
+        let c = build_ok(parse_args(None, &f).unwrap()).unwrap();
         assert_eq!(c.instance.as_deref(), Some("vm1-launcher"));
     }
 
@@ -504,7 +290,7 @@ mod tests {
         let i = f.iter().position(|x| x == "--vcpus").unwrap();
         f.drain(i..i + 2);
         f.extend(flags(&["--memory-mib", "512", "--kvm"]));
-        let c = build_ok(merge(Some(file), &f).unwrap()).unwrap();
+        let c = build_ok(parse_args(Some(file), &f).unwrap()).unwrap();
         assert_eq!(c.vm.vcpus, 2);
         assert_eq!(c.vm.memory_mib, 512);
         assert_eq!(c.accel, Accel::Kvm);
@@ -516,34 +302,43 @@ mod tests {
             (vec!["--vcpus", "0"], "use 1 to 255"),
             (vec!["--memory-mib", "1"], "MiB of memory"),
             (vec!["--vcpus", "two"], "not a number"),
-            (vec!["--bogus", "x"], "unknown field"),
-            (vec!["--mac", "zz"], "mac"),
+            (vec!["--bogus", "x"], "--bogus: unknown flag"),
+            (vec!["--mac", "zz"], "--mac: bad mac"),
             (vec!["--migration-uri", "10.0.0.1"], "tcp://HOST"),
             (vec!["--ovs-db", "/run/db.sock"], "unix:PATH"),
             (vec!["--listen", "localhost"], "IP:PORT"),
-            (vec!["--mode", "fly"], "unknown variant"),
+            (
+                vec!["--mode", "fly"],
+                "--mode: \"fly\": use boot (boot the VM here) or incoming",
+            ),
             (vec!["--disk", "/d.qcow2"], "exactly one boot source"),
             (vec!["--state-file", "rel.json"], "absolute"),
-            (vec!["--ovn-port", ""], "ovn_port is empty"),
+            (
+                vec!["--ovn-port", ""],
+                "--ovn-port: the OVN port of tap \"h7tap\" is empty",
+            ),
             (vec!["--nics", "52:54:00:00:00:02/t2/p2"], "not both"),
         ];
         for (extra, expect) in cases {
             let mut f = full_flags();
             f.extend(flags(&extra));
-            let err = merge(None, &f).and_then(build_ok).unwrap_err().to_string();
+            let err = parse_args(None, &f)
+                .and_then(build_ok)
+                .unwrap_err()
+                .to_string();
             assert!(
                 err.contains(expect),
                 "{extra:?}: {err:?} should mention {expect:?}"
             );
         }
-        let err = merge(None, &flags(&["--name", "x"]))
+        let err = parse_args(None, &flags(&["--name", "x"]))
             .and_then(build_ok)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("missing field"), "{err}");
-        assert!(merge(Some("[1]"), &[]).is_err());
-        assert!(merge(None, &flags(&["name"])).is_err());
-        assert!(merge(None, &flags(&["--name"])).is_err());
+        assert!(err.contains("--vcpus: is missing"), "{err}");
+        assert!(parse_args(Some("[1]"), &[]).is_err());
+        assert!(parse_args(None, &flags(&["name"])).is_err());
+        assert!(parse_args(None, &flags(&["--name"])).is_err());
     }
 
     fn without_single_nic(f: &mut Vec<String>) {
@@ -561,19 +356,19 @@ mod tests {
             "--nics",
             "52:54:00:00:00:01/h7tap/vm1.node-a, 52:54:00:00:00:02/h7tap1/vlan-port",
         ]));
-        let c = build_ok(merge(None, &f).unwrap()).unwrap();
+        let c = build_ok(parse_args(None, &f).unwrap()).unwrap();
         let taps: Vec<&str> = c.vm.nics.iter().map(|n| n.tap.as_str()).collect();
         assert_eq!(taps, ["h7tap", "h7tap1"]);
         assert_eq!(c.vm.nics[1].mac.to_string(), "52:54:00:00:00:02");
         assert_eq!(c.ovn_ports, ["vm1.node-a", "vlan-port"]);
         // the single-NIC flags are one NIC
-        let c = build_ok(merge(None, &full_flags()).unwrap()).unwrap();
+        let c = build_ok(parse_args(None, &full_flags()).unwrap()).unwrap();
         assert_eq!(c.vm.nics.len(), 1);
         assert_eq!(c.ovn_ports, ["vm1.node-a"]);
         // a config file lists objects
         let file = r#"{"nics":[{"mac":"52:54:00:00:00:01","tap":"a","ovn_port":"pa"},
                               {"mac":"52:54:00:00:00:02","tap":"b","ovn_port":"pb"}]}"#;
-        let c = build_ok(merge(Some(file), &f[..f.len() - 2]).unwrap()).unwrap();
+        let c = build_ok(parse_args(Some(file), &f[..f.len() - 2]).unwrap()).unwrap();
         assert_eq!(c.ovn_ports, ["pa", "pb"]);
     }
 
@@ -589,14 +384,20 @@ mod tests {
                 "52:54:00:00:00:01/t/p,52:54:00:00:00:02/t/q",
                 "both use tap t",
             ),
-            ("52:54:00:00:00:01/t/ ", "ovn_port is empty"),
+            (
+                "52:54:00:00:00:01/t/ ",
+                "the OVN port of tap \"t\" is empty",
+            ),
             ("zz/t/p", "mac"),
             ("", "give 1 to 8"),
         ] {
             let mut f = full_flags();
             without_single_nic(&mut f);
             f.extend(flags(&["--nics", nics]));
-            let err = merge(None, &f).and_then(build_ok).unwrap_err().to_string();
+            let err = parse_args(None, &f)
+                .and_then(build_ok)
+                .unwrap_err()
+                .to_string();
             assert!(
                 err.contains(expect),
                 "{nics:?}: {err:?} should mention {expect:?}"
@@ -605,8 +406,11 @@ mod tests {
         let mut f = full_flags();
         let i = f.iter().position(|x| x == "--tap").unwrap();
         f.drain(i..i + 2);
-        let err = merge(None, &f).and_then(build_ok).unwrap_err().to_string();
-        assert!(err.contains("mac, tap and ovn_port"), "{err}");
+        let err = parse_args(None, &f)
+            .and_then(build_ok)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--mac, --tap and --ovn-port"), "{err}");
     }
 
     #[test]
@@ -624,7 +428,7 @@ mod tests {
         let i = f.iter().position(|x| x == "--token-file").unwrap();
         f.drain(i..i + 2);
         f.extend(flags(&["--token-sha256", &digest]));
-        let c = build(merge(None, &f).unwrap(), |_| {
+        let c = build(parse_args(None, &f).unwrap(), |_| {
             panic!("no token file to read")
         })
         .unwrap();
@@ -638,22 +442,25 @@ mod tests {
                 f.drain(i..i + 2);
             }
             f.extend(flags(extra));
-            merge(None, &f).and_then(build_ok).unwrap_err().to_string()
+            parse_args(None, &f)
+                .and_then(build_ok)
+                .unwrap_err()
+                .to_string()
         };
         let both = bad(&["--token-sha256", &digest], false);
-        assert!(both.contains("exactly one of token_file"), "{both}");
+        assert!(both.contains("exactly one of --token-file"), "{both}");
         let neither = bad(&[], true);
-        assert!(neither.contains("exactly one of token_file"), "{neither}");
+        assert!(neither.contains("exactly one of --token-file"), "{neither}");
         let short = bad(&["--token-sha256", "abcd"], true);
         assert!(
-            short.contains("token_sha256") && short.contains("64 hexadecimal"),
+            short.contains("--token-sha256: ") && short.contains("64 hexadecimal"),
             "{short}"
         );
     }
 
     #[test]
     fn a_missing_kernel_is_named() {
-        let c = build_ok(merge(None, &full_flags()).unwrap()).unwrap();
+        let c = build_ok(parse_args(None, &full_flags()).unwrap()).unwrap();
         let err = check_files(&c.vm).unwrap_err().to_string();
         assert!(err.contains("kernel /k does not exist"), "{err}");
     }

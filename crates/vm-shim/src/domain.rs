@@ -1,6 +1,6 @@
 //! The libvirt domain XML of a VM.
 //!
-//! Fixed choices, each for a reason found in the lab:
+//! Fixed choices, each for a reason:
 //! - `<domain type='qemu'>` (TCG) unless KVM is asked for: KVM on some hosts (PVM) cannot boot
 //!   a stock guest kernel;
 //! - CPU model `qemu64`, identical on every node, so a live migration never meets a CPU the

@@ -100,6 +100,7 @@ impl Error {
 impl From<roam_shim_api::Error> for Error {
     fn from(e: roam_shim_api::Error) -> Error {
         match e {
+            e @ roam_shim_api::Error::LaunchArg { .. } => Error::Config(e.to_string()),
             roam_shim_api::Error::BadRequest(m) => Error::BadRequest(m),
             roam_shim_api::Error::Peer {
                 url,

@@ -1,18 +1,20 @@
 //! roam-shim's library: the VM runtime inside a launcher pod. One shim owns one libvirt
 //! domain on its node and is the migrator's only way to touch that VM.
 //!
+//! The API's types, its client, the token digest and the command line
+//! ([`roam_shim_api::launch`]) are `roam_shim_api`'s; [`api`] and [`client`] are re-exported.
+//!
 //! Pure parts (unit-tested without I/O):
 //! - [`spec`]: what a VM is made of and its validation;
 //! - [`domain`]: the libvirt domain XML for a [`VmSpec`](spec::VmSpec);
-//! - [`config`]: the shim's configuration (JSON file and flags), checked before anything is
-//!   touched;
-//! - [`api`]: the migration API's endpoints, request/response types and request validation;
-//! - [`events`]: libvirt lifecycle events in the migrator's words;
-//! - [`auth`]: the bearer-token check (constant time).
+//! - [`config`]: the launch arguments (and config file) turned into a checked configuration
+//!   before anything is touched;
+//! - [`events`]: libvirt's lifecycle event codes and job stats in the API's words;
+//! - [`auth`]: the `Authorization: Bearer` header.
 //!
 //! I/O adapters:
 //! - [`shim`]: the runtime (libvirt connection, boot / re-attach, migration jobs, event log);
-//! - [`server`] / [`client`]: the HTTP/1.1 JSON API and its async client;
+//! - [`server`]: the HTTP/1.1 JSON API;
 //! - [`net`]: the tap and its OVS port;
 //! - [`sys`]: the crate's only `unsafe` code (libvirt events and job control, TUN ioctls),
 //!   behind safe functions.

@@ -2,8 +2,8 @@
 //! (boots it, or re-attaches to it after a restart, or receives it by live migration) and
 //! serves the authenticated migration API (see the library's `api` module).
 //!
-//! Configuration: `--config FILE` (JSON) and/or `--KEY VALUE` flags (see the library's
-//! `config` module). SIGTERM or SIGINT: graceful shutdown; the domain keeps running.
+//! Configuration: `--config FILE` (JSON) and/or `--KEY VALUE` flags (`roam_shim_api::launch`,
+//! checked by the library's `config` module). SIGTERM or SIGINT: graceful shutdown; the domain keeps running.
 
 use anyhow::Context;
 use roam_vm_shim::{config, server, shim::Shim};
@@ -84,4 +84,21 @@ async fn run(cfg: config::ShimConfig) -> anyhow::Result<()> {
     }
     shim.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use roam_shim_api::launch::flag;
+
+    #[test]
+    fn the_help_names_every_flag() {
+        let words: Vec<&str> = super::HELP
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .map(|w| w.trim_start_matches('-'))
+            .collect();
+        for f in flag::ALL.iter().chain([&flag::CONFIG]) {
+            let key = f.trim_start_matches("--");
+            assert!(words.contains(&key), "--help does not mention {f}");
+        }
+    }
 }

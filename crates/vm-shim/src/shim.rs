@@ -99,8 +99,8 @@ pub fn state_after(kind: Lifecycle, before: DomainState) -> DomainState {
 }
 
 /// One reboot can be several reset events: the firmware (SeaBIOS) resets the machine once
-/// more as it starts after a reset, and libvirt reports both (seen: two `reboot` events 60 ms
-/// apart for one `virsh reset`, QEMU 10.0). A guest cannot boot and reset again this fast.
+/// more as it starts after a reset, and libvirt reports both, tens of ms apart. A guest cannot
+/// boot and reset again this fast.
 pub const RESET_COALESCE: Duration = Duration::from_secs(1);
 
 /// Whether a reset event `at` is a new reboot, the last one having come `last` (pure).

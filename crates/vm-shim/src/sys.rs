@@ -35,8 +35,8 @@ pub const RESET_EVENT: i32 = -1;
 /// [`RawLifecycle::event`] of QEMU's own QMP `STOP` event: the guest's vCPUs stopped (for any
 /// reason: the shim decides what it means). libvirt queues a domain's raw QMP events for its
 /// clients as they are read, but emits its *suspended* lifecycle event for the same stop only
-/// once it holds the domain's lock: on the lab that came up to 536 ms after QEMU's stop in 3
-/// of 40 migrations, and the route flip waited for it.
+/// once it holds the domain's lock, which can be hundreds of ms later; the route flip waits for
+/// the first report of the stop.
 pub const QEMU_STOP_EVENT: i32 = -2;
 
 /// One lifecycle event as libvirt delivered it, stamped when the callback ran (QEMU's events:
