@@ -33,7 +33,7 @@ use crate::core::claim::VM_LABEL;
 use crate::core::launcher::{
     LAUNCHER_LABEL, LauncherSpec, launcher_pod, shim_url, token_secret, vm_key,
 };
-use crate::core::launcher::{pod_failed, pod_running};
+use crate::core::launcher::{Mode, pod_failed, pod_running};
 use crate::core::vm::readiness::{condition, readiness, set_condition};
 use crate::core::vm::tap_name;
 use crate::core::vm::{
@@ -267,7 +267,7 @@ async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action>
         pod: pod_name.clone(),
         node: &node,
         node_ip: &node_ip,
-        mode: "boot",
+        mode: Mode::Boot,
         migration: None,
         nics: &nics,
         port,

@@ -3,9 +3,15 @@
 //! the names a VM's pods, domain and shim go by.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Resource, ResourceExt};
+pub use roam_shim_api::launch::Mode;
+use roam_shim_api::launch::{
+    self, LaunchArgs, LaunchBoot, LaunchNic, LaunchToken, MigrationUri, OvsDb,
+};
 use roam_shim_api::token::TokenDigest;
 use serde_json::json;
 
@@ -75,8 +81,8 @@ pub struct LauncherSpec<'a> {
     pub node: &'a str,
     /// The node's IP.
     pub node_ip: &'a str,
-    /// `boot` or `incoming`.
-    pub mode: &'a str,
+    /// Boot the VM, or wait for an incoming migration.
+    pub mode: Mode,
     /// The migration, for a target pod.
     pub migration: Option<&'a str>,
     /// The VM's NICs on this node, in the guest's order.
@@ -92,92 +98,94 @@ pub struct LauncherSpec<'a> {
 pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -> Result<Pod> {
     let ns = vm.namespace().unwrap_or_default();
     let name = vm.name_any();
-    let serial = format!("{}/{ns}_{name}.serial.log", cfg.vm_log_dir);
-    let mut args: Vec<(String, String)> = vec![
-        ("name".into(), domain_name(&ns, &name)),
-        ("vcpus".into(), vm.spec.cpu.to_string()),
-        ("memory-mib".into(), vm.spec.memory_mib.to_string()),
-    ];
     let mut host_dirs: BTreeSet<String> = BTreeSet::new();
+    let invalid = |problem: String| Error::InvalidVm {
+        vm: vm_key(vm),
+        problem,
+    };
     let parent = |p: &str| -> Result<String> {
         std::path::Path::new(p)
             .parent()
             .filter(|d| p.starts_with('/') && d != &std::path::Path::new("/"))
             .map(|d| d.display().to_string())
-            .ok_or_else(|| Error::InvalidVm {
-                vm: vm_key(vm),
-                problem: format!("boot path {p:?}: give an absolute path to a file on the nodes"),
+            .ok_or_else(|| {
+                invalid(format!(
+                    "boot path {p:?}: give an absolute path to a file on the nodes"
+                ))
             })
     };
-    match &vm.spec.boot {
+    let boot = match &vm.spec.boot {
         Boot::Kernel {
             kernel,
             initrd,
             cmdline,
         } => {
             host_dirs.insert(parent(kernel)?);
-            args.push(("kernel".into(), kernel.clone()));
             if let Some(i) = initrd {
                 host_dirs.insert(parent(i)?);
-                args.push(("initrd".into(), i.clone()));
             }
-            if let Some(c) = cmdline {
-                args.push(("cmdline".into(), c.clone()));
+            LaunchBoot::Kernel {
+                kernel: kernel.into(),
+                initrd: initrd.as_ref().map(PathBuf::from),
+                cmdline: cmdline.clone().unwrap_or_default(),
             }
         }
         Boot::Disk { image, format } => {
             host_dirs.insert(parent(image)?);
-            args.push(("disk".into(), image.clone()));
-            args.push(("disk-format".into(), format.clone()));
+            LaunchBoot::Disk {
+                image: image.into(),
+                format: format.clone(),
+            }
         }
+    };
+    if l.nics.is_empty() {
+        return Err(invalid("a launcher pod without a NIC".into()));
     }
+    let nics = l
+        .nics
+        .iter()
+        .map(|n| {
+            Ok(LaunchNic {
+                mac: n
+                    .mac
+                    .parse()
+                    .map_err(|e| invalid(format!("NIC {}: {e}", n.name)))?,
+                tap: n.tap.clone(),
+                ovn_port: n.ovn_port.clone(),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let ip: IpAddr = l.node_ip.parse().map_err(|_| {
+        invalid(format!(
+            "node {} has InternalIP {:?}, not an IP address",
+            l.node, l.node_ip
+        ))
+    })?;
     let peer = cfg
         .peer_libvirt_uri
         .replace("{node}", l.node)
         .replace("{ip}", l.node_ip);
-    match l.nics {
-        [] => {
-            return Err(Error::InvalidVm {
-                vm: vm_key(vm),
-                problem: "a launcher pod without a NIC".into(),
-            });
-        }
-        // one NIC: the flags every roam-shim understands
-        [one] => args.extend([
-            ("mac".to_string(), one.mac.clone()),
-            ("tap".to_string(), one.tap.clone()),
-            ("ovn-port".to_string(), one.ovn_port.clone()),
-        ]),
-        several => args.push((
-            "nics".into(),
-            several
-                .iter()
-                .map(|n| format!("{}/{}/{}", n.mac, n.tap, n.ovn_port))
-                .collect::<Vec<_>>()
-                .join(","),
-        )),
+    let args = LaunchArgs {
+        name: domain_name(&ns, &name),
+        vcpus: vm.spec.cpu,
+        memory_mib: vm.spec.memory_mib,
+        boot,
+        nics,
+        serial_log: format!("{}/{ns}_{name}.serial.log", cfg.vm_log_dir).into(),
+        node: l.node.to_string(),
+        libvirt_uri: launch::NODE_LIBVIRT_URI.into(),
+        peer_libvirt_uri: peer,
+        migration_uri: MigrationUri::tcp(l.node_ip).map_err(invalid)?,
+        ovs_db: OvsDb::node(),
+        bridge: launch::DEFAULT_BRIDGE.into(),
+        listen: SocketAddr::new(ip, l.port),
+        token: LaunchToken::Sha256(TokenDigest::of(l.token)),
+        state_file: format!("{STATE_DIR}/state.json").into(),
+        mode: l.mode,
+        kvm: false,
+        instance: Some(l.pod.clone()),
     }
-    args.extend(
-        [
-            ("serial-log", serial),
-            ("node", l.node.to_string()),
-            ("libvirt-uri", "qemu:///system".into()),
-            ("ovs-db", "unix:/run/openvswitch/db.sock".into()),
-            ("peer-libvirt-uri", peer),
-            ("migration-uri", format!("tcp://{}", l.node_ip)),
-            ("listen", format!("{}:{}", l.node_ip, l.port)),
-            ("token-sha256", TokenDigest::of(l.token).to_string()),
-            ("state-file", format!("{STATE_DIR}/state.json")),
-            ("mode", l.mode.to_string()),
-            ("instance", l.pod.clone()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v)),
-    );
-    let args: Vec<String> = args
-        .into_iter()
-        .flat_map(|(k, v)| [format!("--{k}"), v])
-        .collect();
+    .to_args();
     let mut volumes = vec![
         json!({"name": "libvirt", "hostPath": {"path": "/run/libvirt", "type": "Directory"}}),
         json!({"name": "openvswitch", "hostPath": {"path": "/run/openvswitch", "type": "Directory"}}),
@@ -304,7 +312,7 @@ mod tests {
             pod: "demo-launcher".into(),
             node: "node-a",
             node_ip: "10.0.0.1",
-            mode: "boot",
+            mode: Mode::Boot,
             migration: None,
             nics: &nics,
             port: 17100,
@@ -335,7 +343,7 @@ mod tests {
             pod: "demo-launcher".into(),
             node: "node-a",
             node_ip: "10.0.0.1",
-            mode: "boot",
+            mode: Mode::Boot,
             migration: None,
             nics: &[VmNic {
                 mac: "0a:58:64:40:00:05".into(),
@@ -398,7 +406,7 @@ mod tests {
             pod: "p".into(),
             node: "n",
             node_ip: "1.2.3.4",
-            mode: "boot",
+            mode: Mode::Boot,
             migration: None,
             nics: &[nic(0, "o")],
             port: 1,

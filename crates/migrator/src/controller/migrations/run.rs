@@ -17,7 +17,7 @@ use super::writes::{apply_moves, patch_status, patch_vm_status};
 use super::{key_of, vms};
 use crate::api::{Address, VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus};
 use crate::controller::{Context, failpoint, ovn};
-use crate::core::launcher::{LauncherSpec, launcher_pod, shim_url, vm_key};
+use crate::core::launcher::{LauncherSpec, Mode, launcher_pod, shim_url, vm_key};
 use crate::core::migration::observe::{
     guest_at, guest_on_target, is_shim_of, job, live, pod_running, record_landing, record_progress,
     target_pod_state, timed_out, unrecorded_job,
@@ -314,7 +314,7 @@ impl Run {
             pod: self.target_pod.clone(),
             node: &self.target,
             node_ip: ip,
-            mode: "incoming",
+            mode: Mode::Incoming,
             migration: Some(&name),
             nics: &nics,
             port: self.port,
