@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use roam_dhcp_opts::MacAddr;
 use roam_e2e::{
-    Lab, LabNetwork, Pinger, ShimProcess, ShimVm, ShimVmCleanup, TestNetns, plug_netns,
-    set_port_chassis, shim_network, wait_until,
+    Lab, LabNetwork, Pinger, ShimProcess, ShimVm, TestNetns, plug_netns, set_port_chassis,
+    shim_network, wait_until,
 };
 use roam_network::topology::{NodeSpec, OverlaySpec, PortSpec};
 use roam_vm_shim::api::{JobState, MigrateRequest};
@@ -131,7 +131,7 @@ fn main() {
         NET,
         &[("node-a", TAP), ("node-b", TAP), ("node-b", PROBE_PORT)],
     );
-    let cleanup = ShimVmCleanup::new(&lab, &vm);
+    let cleanup = vm.cleanup(&lab);
     let (spec, nodes, ports) = overlay();
     shim_network(&lab, &spec, &nodes, &ports);
     let probe = TestNetns::new("h7bench");

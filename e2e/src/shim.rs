@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::fixtures::VmCleanup;
 use crate::lab::{Lab, node_command, try_run};
 use crate::ovn::{nbctl, reconcile_on_lab};
 
@@ -205,42 +206,19 @@ pub fn shim_network(
     nbctl(lab, &["--wait=hv", "sync"]);
 }
 
-/// Removes a shim test's VM from the lab: its domain on both nodes, its taps and OVS ports,
-/// its state files; when created (leftovers of a killed run) and when dropped. Drop the
-/// shim processes first (they are started after this guard, so they drop before it).
-pub struct ShimVmCleanup {
-    /// The lab.
-    pub lab: Lab,
-    /// The VM.
-    pub vm: ShimVm,
-}
-
-impl ShimVmCleanup {
-    /// Take charge of `vm`, cleaning leftovers first; creates its directory and token file.
-    pub fn new(lab: &Lab, vm: &ShimVm) -> ShimVmCleanup {
-        let c = ShimVmCleanup {
-            lab: lab.clone(),
-            vm: vm.clone(),
-        };
-        c.clean();
-        std::fs::create_dir_all(&vm.dir).expect("create the VM's directory");
-        std::fs::write(vm.token_file(), format!("{}\n", vm.token)).expect("write the token");
-        let _ = std::fs::remove_file(vm.serial_log());
-        c
-    }
-
-    fn clean(&self) {
-        for n in ["node-a", "node-b"] {
-            let node = self.lab.node(n);
-            node.destroy_domain(&self.vm.name);
-            node.remove_port(&self.vm.tap);
-            let _ = std::fs::remove_file(self.vm.dir.join(format!("{n}.state.json")));
-        }
-    }
-}
-
-impl Drop for ShimVmCleanup {
-    fn drop(&mut self) {
-        self.clean();
+impl ShimVm {
+    /// The guard that removes this VM from the lab: its domain and tap on both nodes and its
+    /// state files; a killed run's leftovers are removed now. Also creates the VM's directory
+    /// and token file. Start the shims after it, so that they stop before it cleans.
+    pub fn cleanup(&self, lab: &Lab) -> VmCleanup {
+        let guard = VmCleanup::new(lab)
+            .vm(&self.name, &[&self.tap])
+            .path(self.dir.join("node-a.state.json"))
+            .path(self.dir.join("node-b.state.json"))
+            .cleaned();
+        std::fs::create_dir_all(&self.dir).expect("create the VM's directory");
+        std::fs::write(self.token_file(), format!("{}\n", self.token)).expect("write the token");
+        let _ = std::fs::remove_file(self.serial_log());
+        guard
     }
 }

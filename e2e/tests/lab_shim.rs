@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use roam_dhcp_opts::MacAddr;
 use roam_e2e::{
-    Lab, LabNetwork, Pinger, ShimProcess, ShimVm, ShimVmCleanup, TestNetns, node_command,
-    plug_netns, set_port_chassis, shim_network, try_run, wait_until,
+    Lab, LabNetwork, Pinger, ShimProcess, ShimVm, TestNetns, node_command, plug_netns,
+    set_port_chassis, shim_network, try_run, wait_until,
 };
 use roam_network::topology::{NodeSpec, OverlaySpec, PortSpec};
 use roam_shim_api::Error;
@@ -272,7 +272,7 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
         NET,
         &[("node-a", TAP), ("node-b", TAP), ("node-b", PROBE_PORT)],
     );
-    let cleanup = ShimVmCleanup::new(&lab, &vm);
+    let cleanup = vm.cleanup(&lab);
     let (spec, nodes, ports) = overlay();
     shim_network(&lab, &spec, &nodes, &ports);
     let probe = TestNetns::new("h7probe");
@@ -677,7 +677,7 @@ fn a_bad_spec_is_a_clear_error_and_creates_nothing() {
     vm.tap = "h7bad0".into();
     vm.ovn_port = "h7bad.node-a".into();
     vm.dir = lab.dir().join("h7").join("bad");
-    let _cleanup = ShimVmCleanup::new(&lab, &vm);
+    let _cleanup = vm.cleanup(&lab);
     let base = ShimProcess::args(&lab, &vm, "node-a", 17010, "boot");
     let with = |key: &str, value: &str| -> Vec<String> {
         let mut args = base.clone();
