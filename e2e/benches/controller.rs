@@ -25,7 +25,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use roam_e2e::{ControllerProcess, Lab, LabNetwork};
+use roam_e2e::{ControllerProcess, Lab, LabNetwork, percentile};
 use roam_migrator::api::{Address, AddressSpec, Network};
 use serde_json::json;
 
@@ -39,13 +39,6 @@ fn env_usize(k: &str, d: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(d)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 async fn cleanup(client: &kube::Client) {
@@ -315,9 +308,9 @@ async fn bench(
         println!(
             "{what} ({} pods): p50 {:?}, p90 {:?}, p99 {:?}, max {:?}{target}",
             lat.len(),
-            pct(lat, 0.5),
-            pct(lat, 0.9),
-            pct(lat, 0.99),
+            percentile(lat, 0.5),
+            percentile(lat, 0.9),
+            percentile(lat, 0.99),
             lat.last().copied().unwrap_or_default()
         )
     };

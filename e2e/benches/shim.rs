@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use roam_dhcp_opts::MacAddr;
 use roam_e2e::{
-    Lab, LabNetwork, Pinger, ShimProcess, ShimVm, TestNetns, plug_netns, set_port_chassis,
-    shim_network, wait_until,
+    Lab, LabNetwork, Pinger, PortBuilder, ShimProcess, ShimVm, TestNetns, plug_netns,
+    set_port_chassis, shim_network, wait_until,
 };
 use roam_network::topology::{NodeSpec, OverlaySpec, PortSpec};
 use roam_vm_shim::api::{JobState, MigrateRequest};
@@ -70,14 +70,11 @@ fn overlay() -> (OverlaySpec, Vec<NodeSpec>, Vec<PortSpec>) {
             join_mac: MacAddr::new([0x0a, 0, 0, 0xe7, 0, 0x11 + i as u8]),
         })
         .collect();
-    let port = |name: &str, mac: &str, ip: &str, node: &str, dhcp| PortSpec {
-        name: name.into(),
-        mac: mac.parse().unwrap(),
-        ip: ip.parse().unwrap(),
-        node: node.into(),
-        also_on: vec![],
-        dhcp,
-        marking: None,
+    let port = |name: &str, mac: &str, ip: &str, node: &str, dhcp| {
+        PortBuilder::new(name, ip.parse().unwrap(), node)
+            .mac(mac.parse().unwrap())
+            .dhcp(dhcp)
+            .build()
     };
     let ports = vec![
         port(VM, GUEST_MAC, GUEST_IP, "node-a", true),

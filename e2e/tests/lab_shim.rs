@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use roam_dhcp_opts::MacAddr;
 use roam_e2e::{
-    Lab, LabNetwork, Pinger, ShimProcess, ShimVm, TestNetns, node_command, plug_netns,
+    Lab, LabNetwork, Pinger, PortBuilder, ShimProcess, ShimVm, TestNetns, node_command, plug_netns,
     set_port_chassis, shim_network, try_run, wait_until,
 };
 use roam_network::topology::{NodeSpec, OverlaySpec, PortSpec};
@@ -62,24 +62,13 @@ fn overlay() -> (OverlaySpec, Vec<NodeSpec>, Vec<PortSpec>) {
         })
         .collect();
     let ports = vec![
-        PortSpec {
-            name: VM.into(),
-            mac: GUEST_MAC.parse().unwrap(),
-            ip: GUEST_IP.parse().unwrap(),
-            node: "node-a".into(),
-            also_on: vec![],
-            dhcp: true,
-            marking: None,
-        },
-        PortSpec {
-            name: "h7probe".into(),
-            mac: PROBE_MAC.parse().unwrap(),
-            ip: PROBE_IP.parse().unwrap(),
-            node: "node-b".into(),
-            also_on: vec![],
-            dhcp: false,
-            marking: None,
-        },
+        PortBuilder::new(VM, GUEST_IP.parse().unwrap(), "node-a")
+            .mac(GUEST_MAC.parse().unwrap())
+            .dhcp(true)
+            .build(),
+        PortBuilder::new("h7probe", PROBE_IP.parse().unwrap(), "node-b")
+            .mac(PROBE_MAC.parse().unwrap())
+            .build(),
     ];
     (spec, nodes, ports)
 }
