@@ -4,8 +4,7 @@
 //! 1. 1000 pods (`ROAM_BENCH_PODS`) created at once, bound to two fake nodes (Node objects
 //!    without a kubelet: nothing runs them, the controller still claims, programs OVN and
 //!    annotates): time until all are annotated → pods/s; per pod, **claim → annotation** (the
-//!    issue's figure: the Address claimed for the pod, seen by a watch on Addresses, → the
-//!    pod's `roam.dev/addresses` seen by a watch on pods) and create → annotation (from the
+//!    Address claimed for the pod, seen by a watch on Addresses, → the pod's `roam.dev/addresses` seen by a watch on pods) and create → annotation (from the
 //!    pod's create request; includes queueing before the claim), each p50/p90/p99/max
 //!    (targets ≥ 30 pods/s, claim → annotation p99 ≤ 200 ms).
 //! 2. The controller's RSS (from /proc) once it also holds 10 000 more Addresses

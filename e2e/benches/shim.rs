@@ -11,10 +11,8 @@
 //!
 //! `cargo bench -p roam-e2e --bench shim` (needs the lab and a built `roam-shim`);
 //! `ROAM_BENCH_SHIM_MIGRATIONS` (default 10) and `ROAM_BENCH_MAX_DOWNTIME_MS` (libvirt's
-//! downtime limit; default: libvirt's 300 ms). With a 1 ms limit — many short passes — the
-//! guest's virtio-net TX ring came out of step after the first migration in 3 of 3 runs of
-//! session 6 ("output.0:id 0 is not a head!", then a soft lockup): a reproducer of the
-//! guest-memory corruption in the README's Limits.
+//! downtime limit; default: libvirt's 300 ms). A 1 ms limit (many short passes) reproduces
+//! the guest-memory corruption in the README's Limits.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;

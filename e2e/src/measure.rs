@@ -64,8 +64,8 @@ impl Drop for Pinger {
 /// seconds; [`Tcpdump::start`] returns once it listens, so no packet sent after is missed.
 pub struct Tcpdump {
     child: std::process::Child,
-    /// Kept open: tcpdump's summary at exit must not hit a closed pipe.
-    _stderr: std::io::BufReader<std::process::ChildStderr>,
+    /// Read until it listens, then kept open: its summary at exit must not hit a closed pipe.
+    stderr: std::io::BufReader<std::process::ChildStderr>,
 }
 
 impl Tcpdump {
@@ -82,23 +82,20 @@ impl Tcpdump {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("start tcpdump");
-        let mut stderr = std::io::BufReader::new(child.stderr.take().expect("tcpdump's stderr"));
+        let stderr = std::io::BufReader::new(child.stderr.take().expect("tcpdump's stderr"));
+        // the guard first: a tcpdump that fails below is killed and reaped by its drop
+        let mut dump = Tcpdump { child, stderr };
         let mut line = String::new();
         let mut seen = String::new();
         loop {
             line.clear();
-            let n = stderr.read_line(&mut line).unwrap_or(0);
+            let n = dump.stderr.read_line(&mut line).unwrap_or(0);
             seen.push_str(&line);
             if n == 0 {
-                let _ = child.kill();
-                let _ = child.wait();
                 panic!("tcpdump on {iface} in {netns} ended before listening: {seen}");
             }
             if line.contains("listening on") {
-                return Tcpdump {
-                    child,
-                    _stderr: stderr,
-                };
+                return dump;
             }
         }
     }

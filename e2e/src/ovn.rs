@@ -211,3 +211,16 @@ pub fn set_port_chassis(lab: &Lab, lsp: &str, chassis: &[&str]) {
     }
     nbctl(lab, &args);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_outputs_reads_both_forms_once_each_in_order() {
+        let detailed = "output(\"lsp-b\");\n/* output to \"lsp-b\", type \"\" */\noutput;\n\
+                        output(\"lsp-c\");";
+        assert_eq!(trace_outputs(detailed), vec!["lsp-b", "lsp-c"]);
+        assert_eq!(trace_outputs("output;\nnext;"), Vec::<String>::new());
+    }
+}

@@ -640,7 +640,7 @@ impl Underlay {
             "ovs-vsctl",
             &[&db, "--if-exists", "del-port", PHYS_BRIDGE, TOR],
         );
-        // other sessions may map their own physical networks meanwhile: re-read, drop ours
+        // other tests may map their own physical networks meanwhile: re-read, drop ours
         let _ = match mappings(&self.lab).or(self.before.clone()) {
             Some(m) => try_run(
                 "ovs-vsctl",
@@ -1054,7 +1054,7 @@ impl RoamAsNodeCni {
                     // the Node authorizer lets a node get the pods bound to it
                     "kubeconfig": lab.dir().join(format!("kube/{node}.kubeconfig")),
                     "ovsDb": "unix:/run/openvswitch/db.sock",
-                    // short: other sessions' pods created meanwhile fail fast and retry
+                    // short: other tests' pods created meanwhile fail fast and retry
                     "annotationTimeoutSeconds": 5,
                 }],
             });

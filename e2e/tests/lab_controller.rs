@@ -630,8 +630,7 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
         "{metrics}"
     );
     // the live workloads' OVN rows, which a new leader must leave alone (same UUIDs: never
-    // removed and put back — a leader that planned the network before listing its Addresses
-    // deleted them for ~0.4 s)
+    // removed and put back)
     let live_ports = [
         web2["port"].as_str().unwrap().to_string(),
         cli["port"].as_str().unwrap().to_string(),

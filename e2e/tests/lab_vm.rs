@@ -1,7 +1,7 @@
 //! The lab's VMs are real: the guest boots under libvirt (TCG) on node-a with its NIC on
 //! node-a's OVN chassis, gets its /32 lease from OVN's native DHCP, answers ping from a test
 //! namespace plugged into node-b, and keeps answering after a libvirt live migration to
-//! node-b (OVN multi-chassis binding with RARP activation, the lab's proven baseline).
+//! node-b (OVN multi-chassis binding with RARP activation).
 
 use std::time::{Duration, Instant};
 
