@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use roam_e2e::{
-    Lab, LabNetwork, NodeNetns, invoke_cni, overlay_fixture, reconcile_on_lab, try_run,
-    unscheduled_pod, wait_until,
+    Lab, LabNetwork, NodeNetns, PortBuilder, invoke_cni, overlay_fixture, percentile,
+    reconcile_on_lab, try_run, unscheduled_pod, wait_until,
 };
 use roam_network::annotation::{Mode, PodAddress, addresses_annotation};
 use roam_network::topology::{PortSpec, overlay_port_name, plan_overlay};
@@ -31,16 +31,7 @@ const OCTET: u8 = 132;
 fn port(i: usize) -> PortSpec {
     let ip =
         std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(100, OCTET, 1, 0)) + i as u32);
-    let [_, _, c, d] = ip.octets();
-    PortSpec {
-        name: format!("b{i}"),
-        mac: roam_dhcp_opts::MacAddr::new([0x0a, 0x58, 100, OCTET, c, d]),
-        ip,
-        node: "node-a".into(),
-        also_on: vec![],
-        dhcp: false,
-        marking: None,
-    }
+    PortBuilder::new(format!("b{i}"), ip, "node-a").build()
 }
 
 fn address(p: &PortSpec) -> String {
@@ -61,11 +52,6 @@ fn address(p: &PortSpec) -> String {
         service_class: None,
     }])
     .expect("a valid annotation")
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
 }
 
 fn report(what: &str, mut d: Vec<Duration>) {

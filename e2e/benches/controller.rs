@@ -4,8 +4,7 @@
 //! 1. 1000 pods (`ROAM_BENCH_PODS`) created at once, bound to two fake nodes (Node objects
 //!    without a kubelet: nothing runs them, the controller still claims, programs OVN and
 //!    annotates): time until all are annotated → pods/s; per pod, **claim → annotation** (the
-//!    issue's figure: the Address claimed for the pod, seen by a watch on Addresses, → the
-//!    pod's `roam.dev/addresses` seen by a watch on pods) and create → annotation (from the
+//!    Address claimed for the pod, seen by a watch on Addresses, → the pod's `roam.dev/addresses` seen by a watch on pods) and create → annotation (from the
 //!    pod's create request; includes queueing before the claim), each p50/p90/p99/max
 //!    (targets ≥ 30 pods/s, claim → annotation p99 ≤ 200 ms).
 //! 2. The controller's RSS (from /proc) once it also holds 10 000 more Addresses
@@ -25,7 +24,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use roam_e2e::{ControllerProcess, Lab, LabNetwork};
+use roam_e2e::{ControllerProcess, Lab, LabNetwork, percentile};
 use roam_migrator::api::{Address, AddressSpec, Network};
 use serde_json::json;
 
@@ -39,13 +38,6 @@ fn env_usize(k: &str, d: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(d)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 async fn cleanup(client: &kube::Client) {
@@ -315,9 +307,9 @@ async fn bench(
         println!(
             "{what} ({} pods): p50 {:?}, p90 {:?}, p99 {:?}, max {:?}{target}",
             lat.len(),
-            pct(lat, 0.5),
-            pct(lat, 0.9),
-            pct(lat, 0.99),
+            percentile(lat, 0.5),
+            percentile(lat, 0.9),
+            percentile(lat, 0.99),
             lat.last().copied().unwrap_or_default()
         )
     };

@@ -11,20 +11,19 @@
 //!
 //! `cargo bench -p roam-e2e --bench shim` (needs the lab and a built `roam-shim`);
 //! `ROAM_BENCH_SHIM_MIGRATIONS` (default 10) and `ROAM_BENCH_MAX_DOWNTIME_MS` (libvirt's
-//! downtime limit; default: libvirt's 300 ms). With a 1 ms limit — many short passes — the
-//! guest's virtio-net TX ring came out of step after the first migration in 3 of 3 runs of
-//! session 6 ("output.0:id 0 is not a head!", then a soft lockup): a reproducer of the
-//! guest-memory corruption in the README's Limits.
+//! downtime limit; default: libvirt's 300 ms). A 1 ms limit (many short passes) reproduces
+//! the guest-memory corruption in the README's Limits.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use roam_dhcp_opts::MacAddr;
 use roam_e2e::{
-    Lab, LabNetwork, Pinger, ShimProcess, ShimVm, ShimVmCleanup, TestNetns, plug_netns,
+    Lab, LabNetwork, Pinger, PortBuilder, ShimProcess, ShimVm, TestNetns, plug_netns,
     set_port_chassis, shim_network, wait_until,
 };
 use roam_network::topology::{NodeSpec, OverlaySpec, PortSpec};
+use roam_shim_api::launch::Mode;
 use roam_vm_shim::api::{JobState, MigrateRequest};
 use roam_vm_shim::client::ShimClient;
 use roam_vm_shim::events::Lifecycle;
@@ -70,14 +69,11 @@ fn overlay() -> (OverlaySpec, Vec<NodeSpec>, Vec<PortSpec>) {
             join_mac: MacAddr::new([0x0a, 0, 0, 0xe7, 0, 0x11 + i as u8]),
         })
         .collect();
-    let port = |name: &str, mac: &str, ip: &str, node: &str, dhcp| PortSpec {
-        name: name.into(),
-        mac: mac.parse().unwrap(),
-        ip: ip.parse().unwrap(),
-        node: node.into(),
-        also_on: vec![],
-        dhcp,
-        marking: None,
+    let port = |name: &str, mac: &str, ip: &str, node: &str, dhcp| {
+        PortBuilder::new(name, ip.parse().unwrap(), node)
+            .mac(mac.parse().unwrap())
+            .dhcp(dhcp)
+            .build()
     };
     let ports = vec![
         port(VM, GUEST_MAC, GUEST_IP, "node-a", true),
@@ -131,7 +127,7 @@ fn main() {
         NET,
         &[("node-a", TAP), ("node-b", TAP), ("node-b", PROBE_PORT)],
     );
-    let cleanup = ShimVmCleanup::new(&lab, &vm);
+    let cleanup = vm.cleanup(&lab);
     let (spec, nodes, ports) = overlay();
     shim_network(&lab, &spec, &nodes, &ports);
     let probe = TestNetns::new("h7bench");
@@ -145,8 +141,8 @@ fn main() {
         GW,
     );
     let shims = [
-        ShimProcess::start(&lab, &vm, "node-a", 17003, "boot"),
-        ShimProcess::start(&lab, &vm, "node-b", 17004, "incoming"),
+        ShimProcess::start(&lab, &vm, "node-a", 17003, Mode::Boot),
+        ShimProcess::start(&lab, &vm, "node-b", 17004, Mode::Incoming),
     ];
     let clients: Vec<ShimClient> = shims
         .iter()

@@ -15,7 +15,7 @@
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use roam_e2e::{Lab, run};
+use roam_e2e::{Lab, PortBuilder, percentile, run};
 use roam_network::ovsdb::Client;
 use roam_network::topology::{
     NodeSpec, OverlaySpec, PortSpec, Topology, flip_route, plan_overlay, reconcile,
@@ -51,16 +51,10 @@ fn ports(prefix: &str, second_octet: u8, n: usize) -> Vec<PortSpec> {
     (0..n)
         .map(|i| {
             let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(100, second_octet, 1, 0)) + i as u32);
-            let [_, _, c, d] = ip.octets();
-            PortSpec {
-                name: format!("{prefix}{i}"),
-                mac: roam_dhcp_opts::MacAddr::new([0x0a, 0x58, 100, second_octet, c, d]),
-                ip,
-                node: if i % 2 == 0 { "node-a" } else { "node-b" }.into(),
-                also_on: vec![],
-                dhcp: true,
-                marking: None,
-            }
+            let node = if i % 2 == 0 { "node-a" } else { "node-b" };
+            PortBuilder::new(format!("{prefix}{i}"), ip, node)
+                .dhcp(true)
+                .build()
         })
         .collect()
 }
@@ -79,11 +73,6 @@ fn sync_hv(lab: &Lab) {
 
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
 }
 
 /// The same rows as roam's reconciler adds for `ports`, as one ovn-nbctl batch on the

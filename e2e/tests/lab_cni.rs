@@ -8,15 +8,15 @@
 //! Names: overlay `h6-cni` (100.130.0.0/16), VLAN network `h6-vlan` (tag 406, 198.18.6.0/24,
 //! physnet `h6phys` on `br-h6phys`), namespaces `h6-*`, container IDs `h6*`.
 
+use std::net::Ipv4Addr;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use roam_cni::config::AttachmentKey;
-use roam_dhcp_opts::MacAddr;
 use roam_e2e::{
-    CniOutput, Lab, LabNetwork, NodeNetns, invoke_cni, node_try_run, overlay_fixture,
+    CniOutput, Lab, LabNetwork, NodeNetns, PortBuilder, invoke_cni, node_try_run, overlay_fixture,
     reconcile_on_lab, try_run, unscheduled_pod, vsctl, wait_until,
 };
 use roam_network::annotation::{Mode, PodAddress, addresses_annotation};
@@ -39,15 +39,7 @@ static LOCK: Mutex<()> = Mutex::new(());
 
 /// Overlay port `c<i>`: 100.130.1.<i> on `node`.
 fn port(i: u8, node: &str) -> PortSpec {
-    PortSpec {
-        name: format!("c{i}"),
-        mac: MacAddr::new([0x0a, 0x58, 100, OCTET, 1, i]),
-        ip: std::net::Ipv4Addr::new(100, OCTET, 1, i),
-        node: node.into(),
-        also_on: vec![],
-        dhcp: false,
-        marking: None,
-    }
+    PortBuilder::new(format!("c{i}"), Ipv4Addr::new(100, OCTET, 1, i), node).build()
 }
 
 /// The overlay ports of every test.
@@ -648,7 +640,7 @@ impl Underlay {
             "ovs-vsctl",
             &[&db, "--if-exists", "del-port", PHYS_BRIDGE, TOR],
         );
-        // other sessions may map their own physical networks meanwhile: re-read, drop ours
+        // other tests may map their own physical networks meanwhile: re-read, drop ours
         let _ = match mappings(&self.lab).or(self.before.clone()) {
             Some(m) => try_run(
                 "ovs-vsctl",
@@ -685,15 +677,9 @@ impl Drop for Underlay {
 
 /// The VLAN workload port on node-a.
 fn vport() -> PortSpec {
-    PortSpec {
-        name: "u1".into(),
-        mac: MacAddr::new([0x0a, 0x58, 198, 18, 6, 10]),
-        ip: "198.18.6.10".parse().unwrap(),
-        node: "node-a".into(),
-        also_on: vec![],
-        dhcp: true,
-        marking: None,
-    }
+    PortBuilder::new("u1", Ipv4Addr::new(198, 18, 6, 10), "node-a")
+        .dhcp(true)
+        .build()
 }
 
 #[test]
@@ -1068,7 +1054,7 @@ impl RoamAsNodeCni {
                     // the Node authorizer lets a node get the pods bound to it
                     "kubeconfig": lab.dir().join(format!("kube/{node}.kubeconfig")),
                     "ovsDb": "unix:/run/openvswitch/db.sock",
-                    // short: other sessions' pods created meanwhile fail fast and retry
+                    // short: other tests' pods created meanwhile fail fast and retry
                     "annotationTimeoutSeconds": 5,
                 }],
             });
@@ -1206,14 +1192,8 @@ fn real_nodes_get_pod_interfaces_from_roam_cni_through_containerd() {
     let gw = spec.gateway;
     let ports: Vec<PortSpec> = [(1u8, "node-a"), (2, "node-b")]
         .into_iter()
-        .map(|(i, node)| PortSpec {
-            name: format!("k{i}"),
-            mac: MacAddr::new([0x0a, 0x58, 100, NODE_OCTET, 1, i]),
-            ip: std::net::Ipv4Addr::new(100, NODE_OCTET, 1, i),
-            node: node.into(),
-            also_on: vec![],
-            dhcp: false,
-            marking: None,
+        .map(|(i, node)| {
+            PortBuilder::new(format!("k{i}"), Ipv4Addr::new(100, NODE_OCTET, 1, i), node).build()
         })
         .collect();
     reconcile_on_lab(

@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use roam_e2e::{
-    ControllerProcess, Lab, LabNetwork, TestNetns, apply_crds, kubectl, nbctl, plug_netns,
-    try_kubectl, try_run, wait_until, wait_until_else,
+    ControllerProcess, Lab, LabNetwork, TestNetns, VmCleanup, apply_crds, kubectl, nbctl,
+    plug_netns, try_kubectl, try_run, wait_until, wait_until_else,
 };
 use serde_json::{Value, json};
 
@@ -630,8 +630,7 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
         "{metrics}"
     );
     // the live workloads' OVN rows, which a new leader must leave alone (same UUIDs: never
-    // removed and put back — a leader that planned the network before listing its Addresses
-    // deleted them for ~0.4 s)
+    // removed and put back)
     let live_ports = [
         web2["port"].as_str().unwrap().to_string(),
         cli["port"].as_str().unwrap().to_string(),
@@ -1336,37 +1335,6 @@ impl Drop for RemoveFile {
     }
 }
 
-/// Removes a VM's leftovers on the nodes (domain, tap and its OVS port, serial logs) when
-/// dropped; the VM and its pods go with their namespace.
-struct VmCleanup {
-    lab: Lab,
-    key: String,
-    log_dir: std::path::PathBuf,
-}
-
-impl VmCleanup {
-    fn clean(&self) {
-        let (ns, vm) = self.key.split_once('/').unwrap();
-        let _ = try_kubectl(
-            &self.lab,
-            &["-n", ns, "delete", "vm", vm, "--ignore-not-found"],
-        );
-        let tap = roam_migrator::core::vm::tap_name(&self.key);
-        for n in ["node-a", "node-b"] {
-            let node = self.lab.node(n);
-            node.destroy_domain(&format!("{ns}_{vm}"));
-            node.remove_port(&tap);
-        }
-        let _ = std::fs::remove_dir_all(&self.log_dir);
-    }
-}
-
-impl Drop for VmCleanup {
-    fn drop(&mut self) {
-        self.clean();
-    }
-}
-
 /// The Events roam-controller stored in `ns` about the object `name`, as (type, reason,
 /// note) (the kubelet's own, e.g. a Warning for a missing cluster DNS, are not counted).
 fn events_about(lab: &Lab, ns: &str, name: &str) -> Vec<(String, String, String)> {
@@ -1421,12 +1389,13 @@ fn controller_runs_under_its_least_privilege_service_account() {
     let kubeconfig = service_account_kubeconfig(&lab, sys, sa);
     let _token = RemoveFile(kubeconfig.clone());
     let vm_logs = lab.dir().join("r5-rbac-vms");
-    let _vm = VmCleanup {
-        lab: lab.clone(),
-        key: format!("{ns}/vm1"),
-        log_dir: vm_logs.clone(),
-    };
-    _vm.clean();
+    // the VM and its pods go with the namespace; its leftovers on the nodes go here
+    let tap = roam_migrator::core::vm::tap_name(&format!("{ns}/vm1"));
+    let _vm = VmCleanup::new(&lab)
+        .kubectl(&["-n", ns, "delete", "vm", "vm1", "--ignore-not-found"])
+        .vm(&format!("{ns}_vm1"), &[&tap])
+        .path(&vm_logs)
+        .cleaned();
     std::fs::create_dir_all(&vm_logs).expect("the VMs' log directory");
     // the token is the service account's: it may not do what the ClusterRole does not grant
     let as_sa = |args: &[&str]| {

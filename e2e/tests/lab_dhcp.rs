@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use roam_e2e::{
-    Lab, LabNetwork, TestNetns, attach_netns, overlay_fixture, reconcile_on_lab, run, wait_until,
+    Lab, LabNetwork, PortBuilder, TestNetns, attach_netns, overlay_fixture, reconcile_on_lab, run,
+    wait_until,
 };
 use roam_network::topology::{PortSpec, plan_overlay};
 
@@ -19,15 +20,9 @@ const NET: &str = "e2e-dhcp";
 const GW: &str = "100.101.0.1";
 
 fn port(i: u8, node: &str) -> PortSpec {
-    PortSpec {
-        name: format!("d{i}"),
-        mac: roam_dhcp_opts::MacAddr::new([0x0a, 0x58, 100, 101, 1, i]),
-        ip: Ipv4Addr::new(100, 101, 1, i),
-        node: node.into(),
-        also_on: vec![],
-        dhcp: true,
-        marking: None,
-    }
+    PortBuilder::new(format!("d{i}"), Ipv4Addr::new(100, 101, 1, i), node)
+        .dhcp(true)
+        .build()
 }
 
 fn routes(ns: &TestNetns) -> String {

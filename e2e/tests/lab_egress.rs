@@ -10,14 +10,12 @@
 //! 198.51.100.0/24 (ToR .1, router .5), physical network `h4vlan300` on bridge `br-h4egr`
 //! (node-b only), OVS ports `h4egr-*`, namespaces `roam-t-h4egr-*`.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use roam_dhcp_opts::MacAddr;
 use roam_e2e::{
-    BridgeMapping, Lab, LabNetwork, TestNetns, nbctl, overlay_fixture, ovn_trace, plug_netns,
-    reconcile_on_lab, run, trace_outputs, try_run, vsctl, wait_until,
+    BridgeMapping, Lab, LabNetwork, PortBuilder, TestNetns, capture, nbctl, overlay_fixture,
+    ovn_trace, plug_netns, reconcile_on_lab, run, trace_outputs, try_run, vsctl, wait_until,
 };
 use roam_network::ovsdb::Client;
 use roam_network::topology::{
@@ -54,15 +52,7 @@ fn egress() -> EgressSpec {
 }
 
 fn workload() -> PortSpec {
-    PortSpec {
-        name: "h4e1".into(),
-        mac: MacAddr::new([0x0a, 0x58, 100, OCTET, 1, 1]),
-        ip: WORKLOAD_IP.parse().unwrap(),
-        node: "node-a".into(),
-        also_on: vec![],
-        dhcp: false,
-        marking: None,
-    }
+    PortBuilder::new("h4e1", WORKLOAD_IP.parse().unwrap(), "node-a").build()
 }
 
 fn extras(e: EgressSpec) -> OverlayExtras {
@@ -70,37 +60,6 @@ fn extras(e: EgressSpec) -> OverlayExtras {
         egress: Some(e),
         mgmt: vec![],
     }
-}
-
-/// Run `tcpdump` on `iface` in `netns` (at most `count` packets, at most 10 s) while
-/// `traffic` runs; returns what it printed.
-fn capture(netns: &str, iface: &str, count: &str, traffic: impl FnOnce()) -> String {
-    let mut child = Command::new("ip")
-        .args([
-            "netns", "exec", netns, "timeout", "10", "tcpdump", "-n", "-l", "-c", count, "-i",
-            iface, "icmp",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start tcpdump");
-    let mut stderr = BufReader::new(child.stderr.take().expect("tcpdump stderr"));
-    let mut line = String::new();
-    let mut seen = String::new();
-    loop {
-        line.clear();
-        let n = stderr.read_line(&mut line).expect("read tcpdump stderr");
-        seen.push_str(&line);
-        if n == 0 {
-            panic!("tcpdump on {iface} in {netns} ended before listening: {seen}");
-        }
-        if line.contains("listening on") {
-            break;
-        }
-    }
-    traffic();
-    let out = child.wait_with_output().expect("wait for tcpdump");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The ToR's port, deleted on drop (before the bridge goes with the mapping guard).
@@ -239,7 +198,7 @@ fn overlay_egress_is_snatted_to_the_routers_vlan_address() {
         "the packet leaves through the localnet port: {outs:?}\n{trace}"
     );
 
-    let seen = capture(&tor.name, TOR, "6", || {
+    let seen = capture(&tor.name, TOR, 10, &["-c", "6", "icmp"], || {
         let _ = w.try_run("ping", &["-n", "-c", "3", "-i", "0.2", "-W", "1", TOR_IP]);
     });
     println!("at the ToR:\n{seen}");

@@ -4,11 +4,12 @@
 //! on node-a then reconciles to nothing (the fast path and the planner agree), and a flip of an
 //! address the network does not route changes nothing.
 
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use roam_e2e::{
-    Lab, LabNetwork, TestNetns, icmp_microflow, overlay_fixture, ovn_trace, plug_netns,
-    reconcile_on_lab, trace_outputs, wait_until,
+    Lab, LabNetwork, PortBuilder, TestNetns, icmp_microflow, overlay_fixture, ovn_trace,
+    plug_netns, reconcile_on_lab, trace_outputs, wait_until,
 };
 use roam_network::Error;
 use roam_network::ovsdb::Client;
@@ -20,15 +21,9 @@ const NET: &str = "e2e-flip";
 const OCTET: u8 = 103;
 
 fn port(i: u8, node: &str, also_on: &[&str]) -> PortSpec {
-    PortSpec {
-        name: format!("f{i}"),
-        mac: roam_dhcp_opts::MacAddr::new([0x0a, 0x58, 100, OCTET, 1, i]),
-        ip: std::net::Ipv4Addr::new(100, OCTET, 1, i),
-        node: node.into(),
-        also_on: also_on.iter().map(|s| s.to_string()).collect(),
-        dhcp: false,
-        marking: None,
-    }
+    PortBuilder::new(format!("f{i}"), Ipv4Addr::new(100, OCTET, 1, i), node)
+        .also_on(also_on)
+        .build()
 }
 
 #[test]

@@ -8,12 +8,13 @@
 //! Network `h4mgmt` (overlay fixture octet 121: 100.121.0.0/16), OVS ports `h4mgmt-*`,
 //! namespaces `roam-t-h4mgmt-*`.
 
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use roam_dhcp_opts::MacAddr;
 use roam_e2e::{
-    Lab, LabNetwork, Node, TestNetns, icmp_microflow, overlay_fixture, ovn_trace, plug_netns,
-    reconcile_on_lab, run, trace_outputs, try_run, vsctl, wait_until,
+    Lab, LabNetwork, Node, PortBuilder, TestNetns, icmp_microflow, overlay_fixture, ovn_trace,
+    plug_netns, reconcile_on_lab, run, trace_outputs, try_run, vsctl, wait_until,
 };
 use roam_network::topology::{
     MgmtConfig, MgmtPort, OverlayExtras, PortSpec, mgmt_config, plan_overlay, plan_overlay_with,
@@ -34,15 +35,7 @@ fn mgmt(node: &str, last: u8) -> MgmtPort {
 }
 
 fn port(i: u8, node: &str) -> PortSpec {
-    PortSpec {
-        name: format!("h4m{i}"),
-        mac: MacAddr::new([0x0a, 0x58, 100, OCTET, 1, i]),
-        ip: std::net::Ipv4Addr::new(100, OCTET, 1, i),
-        node: node.into(),
-        also_on: vec![],
-        dhcp: false,
-        marking: None,
-    }
+    PortBuilder::new(format!("h4m{i}"), Ipv4Addr::new(100, OCTET, 1, i), node).build()
 }
 
 /// Configure `c` on `node`'s side with `ip` and `ovs-vsctl`, as the node daemon would.

@@ -3,14 +3,12 @@
 //! 14) as TOS 0x38, both inside the receiving namespace and on the geneve underlay between
 //! the nodes (the lab sets `ovn-encap-tos=inherit`, so the outer header carries it too).
 
-use std::io::{BufRead, BufReader, Read};
 use std::net::Ipv4Addr;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use roam_e2e::{
-    Lab, LabNetwork, TestNetns, icmp_microflow, overlay_fixture, ovn_trace, plug_netns,
-    reconcile_on_lab, run, wait_until,
+    Lab, LabNetwork, PortBuilder, Tcpdump, TestNetns, icmp_microflow, overlay_fixture, ovn_trace,
+    plug_netns, reconcile_on_lab, run, wait_until,
 };
 use roam_network::topology::{PortSpec, plan_overlay};
 
@@ -18,57 +16,27 @@ const NET: &str = "e2e-qos";
 const GW: &str = "100.102.0.1";
 
 fn port(i: u8, node: &str, class: &str) -> PortSpec {
-    PortSpec {
-        name: format!("q{i}"),
-        mac: roam_dhcp_opts::MacAddr::new([0x0a, 0x58, 100, 102, 1, i]),
-        ip: Ipv4Addr::new(100, 102, 1, i),
-        node: node.into(),
-        also_on: vec![],
-        dhcp: false,
-        marking: Some(class.parse().expect("a known service class")),
-    }
+    PortBuilder::new(format!("q{i}"), Ipv4Addr::new(100, 102, 1, i), node)
+        .marking(class)
+        .build()
 }
 
 const OVS_PORTS: [(&str, &str); 2] = [("node-a", "e2eqos-a1"), ("node-b", "e2eqos-b2")];
 
-/// tcpdump for `count` ICMP echo requests, listening before this returns.
-fn capture(netns: &str, dev: &str, count: usize) -> Child {
-    let mut child = Command::new("ip")
-        .args([
-            "netns", "exec", netns, "timeout", "30", "tcpdump", "-l", "-n", "-v", "-i", dev,
-        ])
-        .args([
+/// tcpdump for `count` ICMP echo requests (or the Geneve packets carrying them), at most 30 s.
+fn capture(netns: &str, dev: &str, count: usize) -> Tcpdump {
+    let count = count.to_string();
+    Tcpdump::start(
+        netns,
+        dev,
+        30,
+        &[
+            "-v",
             "-c",
-            &count.to_string(),
+            &count,
             "icmp[icmptype] == icmp-echo or (udp and port 6081)",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start tcpdump");
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    while err.read_line(&mut line).unwrap_or(0) > 0 {
-        if line.contains("listening on") {
-            return child;
-        }
-        line.clear();
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("tcpdump did not start on {dev} in {netns}");
-}
-
-fn finish(mut child: Child) -> String {
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let _ = child.wait();
-    out
+        ],
+    )
 }
 
 #[test]
@@ -141,7 +109,7 @@ fn lowlatency_and_bulk_leave_with_their_dscp() {
     let inner = capture(&b.name, OVS_PORTS[1].1, 2);
     let outer = capture(&lab.node("node-a").netns, "gnv0", 2);
     a.run("ping", &["-n", "-c", "2", "-W", "2", "100.102.1.2"]);
-    let (inner, outer) = (finish(inner), finish(outer));
+    let (inner, outer) = (inner.finish(), outer.finish());
     assert!(
         inner.contains("tos 0x58"),
         "DSCP 22 inside node-b's namespace:\n{inner}"
@@ -154,7 +122,7 @@ fn lowlatency_and_bulk_leave_with_their_dscp() {
     // b -> a: bulk
     let inner = capture(&a.name, OVS_PORTS[0].1, 2);
     b.run("ping", &["-n", "-c", "2", "-W", "2", "100.102.1.1"]);
-    let inner = finish(inner);
+    let inner = inner.finish();
     assert!(
         inner.contains("tos 0x38"),
         "DSCP 14 inside node-a's namespace:\n{inner}"

@@ -17,11 +17,12 @@ use std::time::Duration;
 
 use roam_dhcp_opts::MacAddr;
 use roam_e2e::{
-    Lab, LabNetwork, Pinger, ShimProcess, ShimVm, ShimVmCleanup, TestNetns, node_command,
-    plug_netns, set_port_chassis, shim_network, try_run, wait_until,
+    Lab, LabNetwork, Pinger, PortBuilder, ShimProcess, ShimVm, TestNetns, node_command, plug_netns,
+    set_port_chassis, shim_network, try_run, wait_until,
 };
 use roam_network::topology::{NodeSpec, OverlaySpec, PortSpec};
 use roam_shim_api::Error;
+use roam_shim_api::launch::{Mode, flag};
 use roam_vm_shim::api::{DomainState, Job, JobState, MigrateRequest};
 use roam_vm_shim::client::ShimClient;
 use roam_vm_shim::events::{Event, Lifecycle};
@@ -62,24 +63,13 @@ fn overlay() -> (OverlaySpec, Vec<NodeSpec>, Vec<PortSpec>) {
         })
         .collect();
     let ports = vec![
-        PortSpec {
-            name: VM.into(),
-            mac: GUEST_MAC.parse().unwrap(),
-            ip: GUEST_IP.parse().unwrap(),
-            node: "node-a".into(),
-            also_on: vec![],
-            dhcp: true,
-            marking: None,
-        },
-        PortSpec {
-            name: "h7probe".into(),
-            mac: PROBE_MAC.parse().unwrap(),
-            ip: PROBE_IP.parse().unwrap(),
-            node: "node-b".into(),
-            also_on: vec![],
-            dhcp: false,
-            marking: None,
-        },
+        PortBuilder::new(VM, GUEST_IP.parse().unwrap(), "node-a")
+            .mac(GUEST_MAC.parse().unwrap())
+            .dhcp(true)
+            .build(),
+        PortBuilder::new("h7probe", PROBE_IP.parse().unwrap(), "node-b")
+            .mac(PROBE_MAC.parse().unwrap())
+            .build(),
     ];
     (spec, nodes, ports)
 }
@@ -272,7 +262,7 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
         NET,
         &[("node-a", TAP), ("node-b", TAP), ("node-b", PROBE_PORT)],
     );
-    let cleanup = ShimVmCleanup::new(&lab, &vm);
+    let cleanup = vm.cleanup(&lab);
     let (spec, nodes, ports) = overlay();
     shim_network(&lab, &spec, &nodes, &ports);
     let probe = TestNetns::new("h7probe");
@@ -287,8 +277,8 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
     );
 
     // boot on node-a; node-b waits for an incoming migration
-    let mut a = ShimProcess::start(&lab, &vm, "node-a", PORT_A, "boot");
-    let mut b = ShimProcess::start(&lab, &vm, "node-b", PORT_B, "incoming");
+    let mut a = ShimProcess::start(&lab, &vm, "node-a", PORT_A, Mode::Boot);
+    let mut b = ShimProcess::start(&lab, &vm, "node-b", PORT_B, Mode::Incoming);
     let ca = ShimClient::new(&a.url, &vm.token).unwrap();
     let cb = ShimClient::new(&b.url, &vm.token).unwrap();
     wait_healthy(&rt, &mut a, &ca);
@@ -384,7 +374,7 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
         "the domain keeps running while its shim is down"
     );
     drop(a);
-    let mut a = ShimProcess::start(&lab, &vm, "node-a", PORT_A, "boot");
+    let mut a = ShimProcess::start(&lab, &vm, "node-a", PORT_A, Mode::Boot);
     wait_healthy(&rt, &mut a, &ca);
     assert_eq!(libvirt_state(&lab, "node-a"), Some((dom_id, true)));
     assert!(a.log_tail(10).contains("re-attached"), "{}", a.log_tail(10));
@@ -462,7 +452,7 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
     // says it booted the VM once, so it does not boot a second copy; it can receive the VM
     a.kill();
     drop(a);
-    let mut a = ShimProcess::start(&lab, &vm, "node-a", PORT_A, "boot");
+    let mut a = ShimProcess::start(&lab, &vm, "node-a", PORT_A, Mode::Boot);
     wait_healthy(&rt, &mut a, &ca);
     assert_eq!(
         rt.block_on(ca.status()).unwrap().domain,
@@ -485,7 +475,7 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
         probe.ping_once(GUEST_IP),
         "the VM runs while its shim is dead"
     );
-    let mut b = ShimProcess::start(&lab, &vm, "node-b", PORT_B, "incoming");
+    let mut b = ShimProcess::start(&lab, &vm, "node-b", PORT_B, Mode::Incoming);
     wait_healthy(&rt, &mut b, &cb);
     assert_eq!(libvirt_state(&lab, "node-b"), Some((b_id, true)));
     assert!(b.log_tail(10).contains("re-attached"), "{}", b.log_tail(10));
@@ -596,7 +586,7 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
         },
     );
     set_port_chassis(&lab, &lsp, &["node-b"]);
-    let mut a = ShimProcess::start(&lab, &vm, "node-a", PORT_A, "boot");
+    let mut a = ShimProcess::start(&lab, &vm, "node-a", PORT_A, Mode::Boot);
     wait_healthy(&rt, &mut a, &ca);
     assert_eq!(
         rt.block_on(ca.status()).unwrap().domain,
@@ -637,7 +627,7 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
     assert!(probe.ping_once(GUEST_IP));
 
     // the emulator dies (SIGKILL to QEMU): the re-attached shim reports it and sees no domain
-    let mut a = ShimProcess::start(&lab, &vm, "node-a", PORT_A, "boot");
+    let mut a = ShimProcess::start(&lab, &vm, "node-a", PORT_A, Mode::Boot);
     wait_healthy(&rt, &mut a, &ca);
     let seq = events(&rt, &ca).last().map(|e| e.seq).unwrap_or(0);
     let pidfile = lab
@@ -677,8 +667,8 @@ fn a_bad_spec_is_a_clear_error_and_creates_nothing() {
     vm.tap = "h7bad0".into();
     vm.ovn_port = "h7bad.node-a".into();
     vm.dir = lab.dir().join("h7").join("bad");
-    let _cleanup = ShimVmCleanup::new(&lab, &vm);
-    let base = ShimProcess::args(&lab, &vm, "node-a", 17010, "boot");
+    let _cleanup = vm.cleanup(&lab);
+    let base = ShimProcess::args(&lab, &vm, "node-a", 17010, Mode::Boot);
     let with = |key: &str, value: &str| -> Vec<String> {
         let mut args = base.clone();
         let i = args.iter().position(|a| a == key).expect("a known flag");
@@ -687,12 +677,12 @@ fn a_bad_spec_is_a_clear_error_and_creates_nothing() {
     };
     let cases = [
         (
-            with("--kernel", "/nonexistent/vmlinuz"),
+            with(flag::KERNEL, "/nonexistent/vmlinuz"),
             "kernel /nonexistent/vmlinuz does not exist",
         ),
-        (with("--vcpus", "0"), "0 vCPUs: use 1 to 255"),
-        (with("--memory-mib", "4"), "4 MiB of memory: use 32 to"),
-        (with("--memory-mib", "lots"), "not a number"),
+        (with(flag::VCPUS, "0"), "0 vCPUs: use 1 to 255"),
+        (with(flag::MEMORY_MIB, "4"), "4 MiB of memory: use 32 to"),
+        (with(flag::MEMORY_MIB, "lots"), "not a number"),
     ];
     for (args, expect) in cases {
         let out = node_command(&lab, "node-a", roam_e2e::shim_binary().to_str().unwrap())

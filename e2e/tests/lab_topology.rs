@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use roam_dhcp_opts::MacAddr;
 use roam_e2e::{
-    Lab, Node, TestNetns, icmp_microflow, nbctl, ovn_trace, plug_netns, trace_outputs, try_run,
-    vsctl, wait_until,
+    Lab, Node, PortBuilder, TestNetns, icmp_microflow, nbctl, ovn_trace, plug_netns, trace_outputs,
+    try_run, vsctl, wait_until,
 };
 use roam_network::Error;
 use roam_network::ovsdb::{Client, Uuid, ops};
@@ -64,15 +64,8 @@ fn nodes() -> Vec<NodeSpec> {
 
 /// Port `p<i>` with IP 100.100.1.(10+i).
 fn port(i: u8, node: &str) -> PortSpec {
-    PortSpec {
-        name: format!("p{i}"),
-        mac: MacAddr::new([0x0a, 0x58, 0x64, 0x64, 0x01, 10 + i]),
-        ip: ip(i).parse().unwrap(),
-        node: node.into(),
-        also_on: vec![],
-        dhcp: true,
-        marking: (i == 1).then(|| "lowlatency".parse().unwrap()),
-    }
+    let p = PortBuilder::new(format!("p{i}"), ip(i).parse().unwrap(), node).dhcp(true);
+    if i == 1 { p.marking("lowlatency") } else { p }.build()
 }
 
 fn ip(i: u8) -> String {

@@ -10,14 +10,11 @@
 //! Network `e2e-vlan`, VLAN 116, TEST-NET-1 192.0.2.0/24 (gateway 192.0.2.1), physical
 //! network `e2evlan` on bridge `br-e2evlan`: nothing here collides with the other lab tests.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use roam_dhcp_opts::MacAddr;
 use roam_e2e::{
-    Lab, TestNetns, VlanTor, attach_netns, nbctl, ovn_trace, run, trace_outputs, try_run, vsctl,
-    wait_until,
+    Lab, PortBuilder, TestNetns, VlanTor, attach_netns, capture, nbctl, ovn_trace, run,
+    trace_outputs, try_run, vsctl, wait_until,
 };
 use roam_network::ovsdb::Client;
 use roam_network::topology::{
@@ -55,28 +52,14 @@ fn spec() -> UnderlaySpec {
 }
 
 fn workload() -> PortSpec {
-    PortSpec {
-        name: "e2e-vlan-w1".into(),
-        mac: MacAddr::new([0x0a, 0x58, 0xc0, 0x00, 0x02, 0x0a]),
-        ip: WORKLOAD_IP.parse().unwrap(),
-        node: "node-a".into(),
-        also_on: vec![],
-        dhcp: false,
-        marking: None,
-    }
+    PortBuilder::new("e2e-vlan-w1", WORKLOAD_IP.parse().unwrap(), "node-a").build()
 }
 
 /// A second workload, addressed by OVN's DHCP.
 fn dhcp_workload() -> PortSpec {
-    PortSpec {
-        name: "e2e-vlan-w2".into(),
-        mac: MacAddr::new([0x0a, 0x58, 0xc0, 0x00, 0x02, 0x0b]),
-        ip: DHCP_IP.parse().unwrap(),
-        node: "node-a".into(),
-        also_on: vec![],
-        dhcp: true,
-        marking: None,
-    }
+    PortBuilder::new("e2e-vlan-w2", DHCP_IP.parse().unwrap(), "node-a")
+        .dhcp(true)
+        .build()
 }
 
 fn owned() -> String {
@@ -144,36 +127,9 @@ impl Drop for Env {
     }
 }
 
-/// Run `tcpdump -e` on `iface` in `netns` (at most 5 frames, at most 10 s) while `traffic`
-/// runs; returns what it printed. Waits for tcpdump to say it is listening before `traffic`.
-fn capture(netns: &str, iface: &str, filter: &str, traffic: impl FnOnce()) -> String {
-    let mut child = Command::new("ip")
-        .args([
-            "netns", "exec", netns, "timeout", "10", "tcpdump", "-e", "-n", "-l", "-c", "5", "-i",
-            iface, filter,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start tcpdump");
-    let mut stderr = BufReader::new(child.stderr.take().expect("tcpdump stderr"));
-    let mut line = String::new();
-    let mut seen = String::new();
-    loop {
-        line.clear();
-        let n = stderr.read_line(&mut line).expect("read tcpdump stderr");
-        seen.push_str(&line);
-        if n == 0 {
-            panic!("tcpdump on {iface} in {netns} ended before listening: {seen}");
-        }
-        if line.contains("listening on") {
-            break;
-        }
-    }
-    traffic();
-    let out = child.wait_with_output().expect("wait for tcpdump");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+/// What the captures keep: with link-level headers (the VLAN tag), at most 5 ICMP frames,
+/// tagged or not.
+const FRAMES: &[&str] = &["-e", "-c", "5", "icmp or (vlan and icmp)"];
 
 #[test]
 fn a_vlan_network_reaches_the_tor_with_tag_116_on_the_wire() {
@@ -272,7 +228,7 @@ fn a_vlan_network_reaches_the_tor_with_tag_116_on_the_wire() {
     assert!(trace.contains("type \"localnet\""), "{trace}");
 
     // --- on the wire, the frames carry tag 116 (the filter matches tagged and untagged) ---
-    let wire = capture(&a.netns, WIRE.0, "icmp or (vlan and icmp)", || {
+    let wire = capture(&a.netns, WIRE.0, 10, FRAMES, || {
         let _ = w.try_run("ping", &["-n", "-c", "5", "-i", "0.2", "-W", "1", GW]);
     });
     println!("capture on {}:\n{wire}", WIRE.0);
@@ -299,7 +255,7 @@ fn a_vlan_network_reaches_the_tor_with_tag_116_on_the_wire() {
     );
 
     // the ToR's access port strips the tag
-    let access = capture(&tor.name, TOR, "icmp or (vlan and icmp)", || {
+    let access = capture(&tor.name, TOR, 10, FRAMES, || {
         let _ = w.try_run("ping", &["-n", "-c", "5", "-i", "0.2", "-W", "1", GW]);
     });
     let frames: Vec<&str> = access.lines().filter(|l| l.contains("ICMP")).collect();
@@ -439,15 +395,10 @@ fn mc_spec() -> UnderlaySpec {
 }
 
 fn mc_vm(node: &str, also_on: &[&str]) -> PortSpec {
-    PortSpec {
-        name: mc::LSP.into(),
-        mac: mc::VM_MAC.parse().unwrap(),
-        ip: mc::VM_IP.parse().unwrap(),
-        node: node.into(),
-        also_on: also_on.iter().map(|s| s.to_string()).collect(),
-        dhcp: false,
-        marking: None,
-    }
+    PortBuilder::new(mc::LSP, mc::VM_IP.parse().unwrap(), node)
+        .mac(mc::VM_MAC.parse().unwrap())
+        .also_on(also_on)
+        .build()
 }
 
 /// What the multi-chassis test creates besides the bridges: its OVN rows, the ToR port, the

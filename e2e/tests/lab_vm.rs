@@ -1,13 +1,13 @@
 //! The lab's VMs are real: the guest boots under libvirt (TCG) on node-a with its NIC on
 //! node-a's OVN chassis, gets its /32 lease from OVN's native DHCP, answers ping from a test
 //! namespace plugged into node-b, and keeps answering after a libvirt live migration to
-//! node-b (OVN multi-chassis binding with RARP activation, the lab's proven baseline).
+//! node-b (OVN multi-chassis binding with RARP activation).
 
-use std::io::Read;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use roam_e2e::{Lab, Node, TestNetns, nbctl, plug_netns, run, try_run, vsctl, wait_until};
+use roam_e2e::{
+    Lab, Node, Pinger, TestNetns, VmCleanup, nbctl, plug_netns, run, try_run, vsctl, wait_until,
+};
 use roam_vm_shim::domain::Accel;
 use roam_vm_shim::spec::{Boot, Nic, VmSpec};
 use virt::connect::Connect;
@@ -27,34 +27,14 @@ const GW: &str = "10.250.0.1";
 const GW_MAC: &str = "0a:00:00:e2:e0:01";
 const TAP: &str = "e2evm0";
 
-/// Removes everything the test creates, also after a failure midway.
-struct Cleanup {
+/// Removes the test's OVN rows (its switch, router and DHCP options), also after a failure
+/// midway.
+struct OvnRows {
     lab: Lab,
 }
 
-impl Cleanup {
-    fn run(&self) {
-        // "domain not found" is the expected answer here: keep libvirt from printing it
-        virt::error::clear_error_callback();
-        for n in ["node-a", "node-b"] {
-            let node = self.lab.node(n);
-            if let Ok(conn) = Connect::open(Some(&node.libvirt))
-                && let Ok(dom) = conn.lookup_domain_by_name(DOMAIN)
-            {
-                let _ = dom.destroy();
-            }
-            node.remove_port(TAP);
-            let _ = try_run(
-                "ovs-vsctl",
-                &[
-                    &format!("--db={}", node.ovs_db),
-                    "--if-exists",
-                    "del-port",
-                    "br-int",
-                    "e2eprobe0",
-                ],
-            );
-        }
+impl OvnRows {
+    fn clean(&self) {
         let db = format!("--db={}", self.lab.nb());
         let _ = try_run("ovn-nbctl", &[&db, "--if-exists", "ls-del", LS]);
         let _ = try_run("ovn-nbctl", &[&db, "--if-exists", "lr-del", LR]);
@@ -76,10 +56,23 @@ impl Cleanup {
     }
 }
 
-impl Drop for Cleanup {
+impl Drop for OvnRows {
     fn drop(&mut self) {
-        self.run();
+        self.clean();
     }
+}
+
+/// The guards of everything the test creates, after removing a killed run's leftovers: the
+/// guest's domain and tap and the probe's OVS port on both nodes, then the OVN rows.
+fn cleanup(lab: &Lab) -> (VmCleanup, OvnRows) {
+    let vm = VmCleanup::new(lab)
+        .vm(DOMAIN, &[TAP])
+        .ovs_port("e2eprobe0")
+        .cleaned();
+    let ovn = OvnRows { lab: lab.clone() };
+    ovn.clean();
+    // a tuple drops its fields in order: the VM, then the OVN rows
+    (vm, ovn)
 }
 
 /// The guest, as roam-shim describes it (so the shim's domain XML is what libvirt runs).
@@ -215,44 +208,11 @@ fn serial_text(path: &str) -> String {
         .unwrap_or_default()
 }
 
-/// `ping -D` every 10 ms; returns the process to stop later.
-fn start_pinger(ns: &TestNetns) -> Child {
-    Command::new("ip")
-        .args([
-            "netns", "exec", &ns.name, "ping", "-n", "-D", "-i", "0.01", "-W", "1", GUEST_IP,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start ping")
-}
-
-/// Stop the pinger; returns (replies, longest silence between two replies).
-fn stop_pinger(mut child: Child) -> (usize, Duration) {
-    let _ = run("kill", &["-INT", &child.id().to_string()]);
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let _ = child.wait();
-    let stamps: Vec<f64> = out
-        .lines()
-        .filter(|l| l.contains("bytes from"))
-        .filter_map(|l| l.strip_prefix('[')?.split(']').next()?.parse().ok())
-        .collect();
-    let longest = stamps.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
-    (stamps.len(), Duration::from_secs_f64(longest))
-}
-
 #[test]
 fn guest_boots_gets_its_lease_from_ovn_answers_ping_and_live_migrates() {
     let lab = Lab::get();
     let (a, b) = (lab.node("node-a"), lab.node("node-b"));
-    let cleanup = Cleanup { lab: lab.clone() };
-    cleanup.run();
+    let cleanup = cleanup(&lab);
 
     topology(&lab);
     guest_tap(&a);
@@ -321,7 +281,7 @@ fn guest_boots_gets_its_lease_from_ovn_answers_ping_and_live_migrates() {
     );
     guest_tap(&b);
     nbctl(&lab, &["--wait=hv", "sync"]);
-    let pinger = start_pinger(&probe);
+    let pinger = Pinger::start(&probe, GUEST_IP, "0.01");
     std::thread::sleep(Duration::from_millis(300)); // some replies before the migration starts
     let params = MigrateParameters {
         uri: Some(format!("tcp://{}", b.ip)),
@@ -335,7 +295,7 @@ fn guest_boots_gets_its_lease_from_ovn_answers_ping_and_live_migrates() {
         "the guest to answer on node-b",
         || probe.ping_once(GUEST_IP).then_some(()),
     );
-    let (replies, longest) = stop_pinger(pinger);
+    let (replies, longest) = pinger.stop();
     nbctl(
         &lab,
         &["lsp-set-options", GUEST_LSP, "requested-chassis=node-b"],

@@ -23,11 +23,9 @@ use std::time::{Duration, Instant};
 
 mod migration_fixture;
 
-use migration_fixture::{
-    apply_crds, create, delete_namespace, events_in, get, kubectl, try_kubectl,
-};
+use migration_fixture::{apply_crds, create, events_in, get, kubectl, try_kubectl};
 use roam_e2e::{
-    ControllerProcess, Lab, Pinger, TestNetns, VlanTor, plug_netns, try_run, wait_until,
+    ControllerProcess, Lab, Pinger, TestNetns, VlanTor, VmCleanup, plug_netns, try_run, wait_until,
 };
 use serde_json::{Value, json};
 
@@ -77,69 +75,29 @@ fn lsp_options(lab: &Lab, lsp: &str) -> String {
     .unwrap_or_default()
 }
 
-/// Everything the test creates in Kubernetes, the VMs' domains, taps and logs: removed first
-/// (leftovers of a killed run) and on drop. Declared after the controller so it drops after it.
-struct Objects {
-    lab: Lab,
-}
-
-impl Objects {
-    fn new(lab: &Lab) -> Objects {
-        let o = Objects { lab: lab.clone() };
-        o.clean();
-        apply_crds(lab);
-        kubectl(lab, &["create", "namespace", NS]);
-        std::fs::create_dir_all(log_dir(lab)).expect("log dir");
-        o
+/// Everything the test creates in Kubernetes, the VMs' domains, taps and logs, and the
+/// overlay client's OVS port (its device goes with its namespace, the port does not):
+/// removed first (leftovers of a killed run) and on drop. Declared after the controller so
+/// it drops after it.
+fn objects(lab: &Lab) -> VmCleanup {
+    let mut guard = VmCleanup::new(lab).namespace(NS);
+    for net in [OVL, V150, V151] {
+        guard = guard.network(net);
     }
-
-    fn clean(&self) {
-        let lab = &self.lab;
-        delete_namespace(lab, NS);
-        for net in [OVL, V150, V151] {
-            let _ = try_kubectl(lab, &["delete", "network", net, "--ignore-not-found"]);
-            let _ = try_kubectl(
-                lab,
-                &[
-                    "delete",
-                    "addresses",
-                    "-l",
-                    &format!("roam.dev/network={net}"),
-                ],
-            );
-        }
-        for name in [VM1, VM2] {
-            let key = format!("{NS}/{name}");
-            for n in ["node-a", "node-b"] {
-                let node = lab.node(n);
-                // a launcher killed without its shim's shutdown leaves taps and OVS ports
-                for i in 0..2 {
-                    let tap = roam_migrator::core::vm::nic_tap(&key, i);
-                    node.remove_port(&tap);
-                }
-                node.destroy_domain(&format!("{NS}_{name}"));
-            }
-        }
-        // the overlay client's OVS port (its device goes with its namespace, the port does not)
-        let b = lab.node("node-b");
-        let _ = try_run(
-            "ovs-vsctl",
-            &[
-                &format!("--db={}", b.ovs_db),
-                "--if-exists",
-                "del-port",
-                "br-int",
-                "v8cli",
-            ],
-        );
-        let _ = std::fs::remove_dir_all(log_dir(lab));
+    for name in [VM1, VM2] {
+        // a launcher killed without its shim's shutdown leaves taps and OVS ports
+        let key = format!("{NS}/{name}");
+        let taps: Vec<String> = (0..2)
+            .map(|i| roam_migrator::core::vm::nic_tap(&key, i))
+            .collect();
+        let taps: Vec<&str> = taps.iter().map(String::as_str).collect();
+        guard = guard.vm(&format!("{NS}_{name}"), &taps);
     }
-}
-
-impl Drop for Objects {
-    fn drop(&mut self) {
-        self.clean();
-    }
+    let guard = guard.ovs_port("v8cli").path(log_dir(lab)).cleaned();
+    apply_crds(lab);
+    kubectl(lab, &["create", "namespace", NS]);
+    std::fs::create_dir_all(log_dir(lab)).expect("log dir");
+    guard
 }
 
 /// The OVN rows of the test's Networks (the controller reconciles them; a killed run's are
@@ -293,7 +251,7 @@ fn vms_on_vlans_and_with_two_interfaces_live_migrate_keeping_their_addresses() {
     );
     let tor = &wire.tor;
     let ovn = OvnRows::new(&lab);
-    let objects = Objects::new(&lab);
+    let objects = objects(&lab);
     let lab_dir = lab.dir().display().to_string();
     let peer = format!("qemu+unix:///system?socket={lab_dir}/{{node}}/fs_run/libvirt/libvirt-sock");
     let logs = log_dir(&lab).display().to_string();

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use roam_e2e::{ControllerProcess, Lab, LabNetwork, TestNetns, plug_netns, wait_until};
+use roam_e2e::{ControllerProcess, Lab, LabNetwork, TestNetns, VmCleanup, plug_netns, wait_until};
 pub use roam_e2e::{apply_crds, kubectl, try_kubectl};
 use serde_json::{Value, json};
 
@@ -88,90 +88,27 @@ pub fn serial(lab: &Lab, n: &Names) -> String {
         .unwrap_or_default()
 }
 
-/// Delete namespace `ns` and all in it, waiting until it is gone. The migrations'
-/// finalizers are dropped first: no controller may be running to honour them.
-pub fn delete_namespace(lab: &Lab, ns: &str) {
-    if try_kubectl(lab, &["get", "namespace", ns]).is_err() {
-        return;
-    }
-    if let Some(list) = get(lab, &["-n", ns, "get", "vmim"]) {
-        for m in list["items"].as_array().cloned().unwrap_or_default() {
-            let name = m["metadata"]["name"].as_str().unwrap_or_default();
-            let _ = try_kubectl(
-                lab,
-                &[
-                    "-n",
-                    ns,
-                    "patch",
-                    "vmim",
-                    name,
-                    "--type=merge",
-                    "-p",
-                    r#"{"metadata":{"finalizers":null}}"#,
-                ],
-            );
-        }
-    }
-    let _ = try_kubectl(
-        lab,
-        &["-n", ns, "delete", "vm,vmim,pods", "--all", "--wait=false"],
-    );
-    let _ = try_kubectl(
-        lab,
-        &["delete", "namespace", ns, "--wait=true", "--timeout=120s"],
-    );
-}
-
 /// Everything the test creates: the namespace (VMs, migrations — finalizers dropped —, pods,
-/// Secrets), the Network and its Addresses, its OVN rows, the domain on both nodes.
+/// Secrets), the Network and its Addresses, the VM's domain and tap on both nodes, its logs;
+/// removed first (a killed run's leftovers) and on drop.
 pub struct Fixture {
-    lab: Lab,
-    n: Names,
+    _cleanup: VmCleanup,
 }
 
 impl Fixture {
     pub fn new(lab: &Lab, n: &Names) -> Fixture {
-        let f = Fixture {
-            lab: lab.clone(),
-            n: *n,
-        };
-        f.clean();
+        // a launcher killed without its shim's shutdown leaves the tap and its OVS port
+        let tap = roam_migrator::core::vm::tap_name(&format!("{}/{}", n.ns, n.vm));
+        let cleanup = VmCleanup::new(lab)
+            .namespace(n.ns)
+            .network(n.net)
+            .vm(&format!("{}_{}", n.ns, n.vm), &[&tap])
+            .path(log_dir(lab, n))
+            .cleaned();
         apply_crds(lab);
         kubectl(lab, &["create", "namespace", n.ns]);
         std::fs::create_dir_all(log_dir(lab, n)).expect("log dir");
-        f
-    }
-
-    fn clean(&self) {
-        let lab = &self.lab;
-        let Names {
-            ns, net, vm: vmn, ..
-        } = self.n;
-        delete_namespace(lab, ns);
-        let _ = try_kubectl(lab, &["delete", "network", net, "--ignore-not-found"]);
-        let _ = try_kubectl(
-            lab,
-            &[
-                "delete",
-                "addresses",
-                "-l",
-                &format!("roam.dev/network={net}"),
-            ],
-        );
-        let tap = roam_migrator::core::vm::tap_name(&format!("{ns}/{vmn}"));
-        for n in ["node-a", "node-b"] {
-            // a launcher killed without its shim's shutdown leaves the tap and its OVS port
-            let node = lab.node(n);
-            node.remove_port(&tap);
-            lab.node(n).destroy_domain(&format!("{ns}_{vmn}"));
-        }
-        let _ = std::fs::remove_dir_all(log_dir(lab, &self.n));
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        self.clean();
+        Fixture { _cleanup: cleanup }
     }
 }
 

@@ -1,0 +1,120 @@
+//! roam-cni on the lab: the binary, running it as a container runtime does, and the pods it
+//! reads.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::lab::{Lab, holder_pid};
+
+/// The roam-cni binary of this checkout (`cargo build -p roam-cni` builds it; CI builds the
+/// whole workspace first). Panics when it is missing or older than a source it was built from
+/// (per cargo's dep-info), except while the thread is already panicking (cleanup).
+pub fn cni_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    // target/<profile>/deps/<test> → target/<profile>/roam-cni
+    let bin = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>")
+        .join("roam-cni");
+    if std::thread::panicking() {
+        return bin;
+    }
+    let built = std::fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}; build it first: cargo build -p roam-cni",
+                bin.display()
+            )
+        });
+    // "target/debug/roam-cni: src1 src2 ..." (paths with spaces are escaped with '\ ')
+    let dep_info = std::fs::read_to_string(bin.with_extension("d")).unwrap_or_default();
+    let sources = dep_info
+        .lines()
+        .next()
+        .and_then(|l| l.split_once(": "))
+        .map(|(_, deps)| deps.replace("\\ ", "\u{0}"))
+        .unwrap_or_default();
+    for src in sources.split_whitespace().map(|s| s.replace('\u{0}', " ")) {
+        if let Ok(m) = std::fs::metadata(&src).and_then(|m| m.modified()) {
+            assert!(
+                m <= built,
+                "{} is older than {src}: rebuild it with cargo build -p roam-cni",
+                bin.display()
+            );
+        }
+    }
+    bin
+}
+
+/// What a CNI plugin printed and returned.
+#[derive(Debug)]
+pub struct CniOutput {
+    /// Exit status.
+    pub status: i32,
+    /// stdout.
+    pub stdout: String,
+    /// stderr.
+    pub stderr: String,
+}
+
+impl CniOutput {
+    /// stdout as JSON; panics naming the output when it is not.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("CNI output is not JSON ({e}): {self:?}"))
+    }
+}
+
+/// Run the roam-cni binary as a container runtime does: inside `node`'s network and mount
+/// namespaces, with exactly the environment `env` (nothing inherited) and `stdin`.
+pub fn invoke_cni(lab: &Lab, node: &str, env: &[(&str, &str)], stdin: &str) -> CniOutput {
+    use std::io::Write;
+    use std::process::Stdio;
+    let pid = holder_pid(lab, node);
+    let bin = cni_binary();
+    let mut child = Command::new("nsenter")
+        .args(["-t", &pid, "-m", "-n", "--"])
+        .arg(&bin)
+        .env_clear()
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run roam-cni");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write the config");
+    let out = child.wait_with_output().expect("wait for roam-cni");
+    CniOutput {
+        status: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A pod that no kubelet runs (its nodeSelector matches no node), carrying the
+/// `roam.dev/addresses` annotation `addresses` when given: what roam-cni reads.
+pub fn unscheduled_pod(name: &str, addresses: Option<&str>) -> serde_json::Value {
+    let mut annotations = serde_json::Map::new();
+    if let Some(a) = addresses {
+        annotations.insert(
+            roam_network::annotation::ADDRESSES.into(),
+            serde_json::Value::String(a.into()),
+        );
+    }
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "nodeSelector": {"roam.dev/e2e-no-such-node": "true"},
+            "containers": [{"name": "c", "image": "lab.local/busybox:1.35", "imagePullPolicy": "Never"}],
+        },
+    })
+}

@@ -1,0 +1,305 @@
+//! The running lab: where its parts are (`lab.env`), running tools and kubectl against it,
+//! waiting on conditions, and building the workspace binaries the tests start.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The lab's parts, read from the environment (`eval "$(e2e/lab env)"`) or, failing that,
+/// from the `lab.env` file that `e2e/lab up` writes.
+#[derive(Clone, Debug)]
+pub struct Lab {
+    vars: HashMap<String, String>,
+}
+
+/// One lab node: its namespaces and daemons.
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// `node-a` or `node-b`: also the OVN chassis name and the Kubernetes Node name.
+    pub name: String,
+    /// The node's network namespace (`ip -n` works with it).
+    pub netns: String,
+    /// The node's address on the lab bridge (API traffic, migration stream).
+    pub ip: String,
+    /// The node's local Open_vSwitch database, `unix:PATH`.
+    pub ovs_db: String,
+    /// The node's libvirtd, a `qemu+unix://` URI.
+    pub libvirt: String,
+}
+
+impl Node {
+    /// Remove `port` from the node's `br-int` and delete its device (a tap, a veth end) in
+    /// the node's namespace. Best effort, for clean-ups: what is not there is fine.
+    pub fn remove_port(&self, port: &str) {
+        let db = format!("--db={}", self.ovs_db);
+        let _ = try_run(
+            "ovs-vsctl",
+            &[&db, "--if-exists", "del-port", "br-int", port],
+        );
+        let _ = try_run("ip", &["-n", &self.netns, "link", "del", port]);
+    }
+
+    /// Destroy libvirt domain `name` on this node. Best effort, for clean-ups.
+    pub fn destroy_domain(&self, name: &str) {
+        let _ = try_run("virsh", &["-c", &self.libvirt, "destroy", name]);
+    }
+}
+
+impl Lab {
+    /// The running lab. Panics with instructions when it is not up.
+    pub fn get() -> Lab {
+        let dir = std::env::var("ROAM_LAB_DIR").unwrap_or_else(|_| "/var/tmp/roam/lab".into());
+        let file = PathBuf::from(&dir).join("lab.env");
+        let mut vars: HashMap<String, String> = std::fs::read_to_string(&file)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        for (k, v) in std::env::vars() {
+            if k.starts_with("ROAM_") || k == "KUBECONFIG" || k.starts_with("OVN_") {
+                vars.insert(k, v);
+            }
+        }
+        let lab = Lab { vars };
+        if lab.var_opt("OVN_NB_DB").is_none() || lab.var_opt("KUBECONFIG").is_none() {
+            panic!(
+                "the roam lab is not up ({} missing): run `sudo e2e/lab up` first (the tests need a real \
+                 kube-apiserver, OVN and libvirt; they are never skipped)",
+                file.display()
+            );
+        }
+        lab
+    }
+
+    fn var_opt(&self, k: &str) -> Option<&str> {
+        self.vars
+            .get(k)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// A lab variable; panics naming it when missing.
+    pub fn var(&self, k: &str) -> &str {
+        self.var_opt(k).unwrap_or_else(|| {
+            panic!("lab variable {k} is not set; is the lab up (e2e/lab status)?")
+        })
+    }
+
+    /// The lab's kubeconfig file.
+    pub fn kubeconfig(&self) -> &str {
+        self.var("KUBECONFIG")
+    }
+
+    /// A kube-rs client for the lab's API server, from the lab's kubeconfig.
+    pub async fn kube_client(&self) -> kube::Client {
+        use kube::config::{KubeConfigOptions, Kubeconfig};
+        let kc = Kubeconfig::read_from(self.kubeconfig()).expect("read the lab kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .expect("the lab kubeconfig is valid");
+        kube::Client::try_from(config).expect("build a kube client")
+    }
+
+    /// kubectl built from the same source as the lab's API server.
+    pub fn kubectl(&self) -> &str {
+        self.var("ROAM_KUBECTL")
+    }
+
+    /// OVN northbound database (unix socket).
+    pub fn nb(&self) -> &str {
+        self.var("OVN_NB_DB")
+    }
+
+    /// OVN northbound database over TCP on loopback.
+    pub fn nb_tcp(&self) -> &str {
+        self.var("ROAM_OVN_NB_TCP")
+    }
+
+    /// A node by name (`node-a`, `node-b`).
+    pub fn node(&self, name: &str) -> Node {
+        let key = name.replace('-', "_").to_uppercase();
+        let get = |what: &str| self.var(&format!("ROAM_{key}_{what}")).to_string();
+        Node {
+            name: name.to_string(),
+            netns: get("NETNS"),
+            ip: get("IP"),
+            ovs_db: get("OVS_DB"),
+            libvirt: get("LIBVIRT"),
+        }
+    }
+
+    /// The guest kernel and initramfs.
+    pub fn guest(&self) -> (String, String) {
+        (
+            self.var("ROAM_GUEST_KERNEL").into(),
+            self.var("ROAM_GUEST_INITRD").into(),
+        )
+    }
+
+    /// The lab's state directory.
+    pub fn dir(&self) -> PathBuf {
+        PathBuf::from(self.var("ROAM_LAB_DIR"))
+    }
+}
+
+/// What the lab guest's init (`e2e/guest/initramfs/init`) prints on the serial console at
+/// every boot: one more than before means the guest rebooted (the kernel's own banner is
+/// below the lab guests' `loglevel=5`).
+pub const GUEST_BOOT_MARKER: &str = "ROAM-GUEST-INIT";
+
+/// How many times the guest booted, from its serial log.
+pub fn guest_boots(serial: &str) -> usize {
+    serial.matches(GUEST_BOOT_MARKER).count()
+}
+
+/// Run a program; panic with its output if it fails. Returns stdout.
+pub fn run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "{program} {} failed ({}):\nstdout: {}\nstderr: {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Run the lab's kubectl against the lab's API server; panics with kubectl's stderr.
+pub fn kubectl(lab: &Lab, args: &[&str]) -> String {
+    let mut all = vec!["--kubeconfig", lab.kubeconfig()];
+    all.extend_from_slice(args);
+    run(lab.kubectl(), &all)
+}
+
+/// Run the lab's kubectl against the lab's API server; `Ok(stdout)` or `Err(stderr)`.
+pub fn try_kubectl(lab: &Lab, args: &[&str]) -> Result<String, String> {
+    let mut all = vec!["--kubeconfig", lab.kubeconfig()];
+    all.extend_from_slice(args);
+    try_run(lab.kubectl(), &all)
+}
+
+/// Apply roam's CRDs (`deploy/crds`) and wait until the API server serves every one of them.
+pub fn apply_crds(lab: &Lab) {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/crds");
+    kubectl(
+        lab,
+        &["apply", "--server-side", "--force-conflicts", "-f", dir],
+    );
+    for crd in [
+        "virtualmachines.roam.dev",
+        "virtualmachinemigrations.roam.dev",
+        "networks.roam.dev",
+        "addresses.roam.dev",
+    ] {
+        kubectl(
+            lab,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd",
+                crd,
+            ],
+        );
+    }
+}
+
+/// Run a program; `Ok(stdout)` or `Err(stderr)`.
+pub fn try_run(program: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// Poll `f` until it returns `Some`, for at most `timeout`; panic naming `what` otherwise.
+pub fn wait_until<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// [`wait_until`], but on timeout the panic message carries `report()` (the state that
+/// explains the failure: OVN rows, logs).
+pub fn wait_until_else<T>(
+    timeout: Duration,
+    what: &str,
+    f: impl FnMut() -> Option<T>,
+    report: impl FnOnce() -> String,
+) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_until(timeout, what, f)
+    })) {
+        Ok(v) => v,
+        Err(_) => panic!(
+            "timed out after {timeout:?} waiting for {what}\n{}",
+            report()
+        ),
+    }
+}
+
+/// `program` run inside `node`'s network and mount namespaces, the way the lab runs node
+/// daemons (`nsenter` into the node's holder process): the node's `/run` holds its libvirt
+/// and OVS sockets at their usual paths.
+pub fn node_command(lab: &Lab, node: &str, program: &str) -> Command {
+    let key = node.replace('-', "_").to_uppercase();
+    let pid = lab.var(&format!("ROAM_{key}_HOLDER_PID")).to_string();
+    let mut c = Command::new("nsenter");
+    c.args(["-t", &pid, "-m", "-n", "--", program]);
+    c
+}
+
+/// Build binary `bin` of workspace package `pkg` now (a debug build; quick when it is up to
+/// date) and return its path.
+pub fn workspace_binary(pkg: &str, bin: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(&root)
+        .args(["build", "-q", "-p", pkg, "--bin", bin])
+        .status()
+        .unwrap_or_else(|e| panic!("run cargo build for {bin}: {e}"));
+    assert!(status.success(), "building {bin} failed");
+    std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("target"))
+        .join("debug")
+        .join(bin)
+}
+
+/// The PID that holds `node`'s network and mount namespaces (`nsenter -t PID -m -n`).
+pub fn holder_pid(lab: &Lab, node: &str) -> String {
+    lab.var(&format!(
+        "ROAM_{}_HOLDER_PID",
+        node.replace('-', "_").to_uppercase()
+    ))
+    .to_string()
+}
+
+/// Run a program inside `node`'s network and mount namespaces; `Ok(stdout)` or `Err(stderr)`.
+pub fn node_try_run(lab: &Lab, node: &str, program: &str, args: &[&str]) -> Result<String, String> {
+    let pid = holder_pid(lab, node);
+    let mut all = vec!["-t", pid.as_str(), "-m", "-n", "--", program];
+    all.extend_from_slice(args);
+    try_run("nsenter", &all)
+}

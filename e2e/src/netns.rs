@@ -1,0 +1,168 @@
+//! Network namespaces owned by a test: on the host (`TestNetns`, plugged into OVN with
+//! [`plug_netns`]) or inside a node's mount namespace as a runtime creates a pod's (`NodeNetns`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::lab::{Lab, Node, holder_pid, run, try_run, wait_until};
+use crate::ovn::vsctl;
+
+/// A network namespace owned by a test, deleted when dropped. Names start with `roam-t-`
+/// so that `e2e/lab down` removes any a killed test left behind.
+#[derive(Debug)]
+pub struct TestNetns {
+    /// The namespace name.
+    pub name: String,
+}
+
+impl TestNetns {
+    /// Create `roam-t-<suffix>` (replacing a stale one of the same name).
+    pub fn new(suffix: &str) -> TestNetns {
+        let name = format!("roam-t-{suffix}");
+        let _ = try_run("ip", &["netns", "del", &name]);
+        run("ip", &["netns", "add", &name]);
+        run("ip", &["-n", &name, "link", "set", "lo", "up"]);
+        // keep DHCP clients from rewriting the host's resolv.conf
+        let etc = PathBuf::from("/etc/netns").join(&name);
+        std::fs::create_dir_all(&etc).expect("create /etc/netns entry");
+        std::fs::write(etc.join("resolv.conf"), format!("# {name}\n")).expect("write resolv.conf");
+        TestNetns { name }
+    }
+
+    /// Run a program inside the namespace; panic on failure.
+    pub fn run(&self, program: &str, args: &[&str]) -> String {
+        let mut all = vec!["netns", "exec", self.name.as_str(), program];
+        all.extend_from_slice(args);
+        run("ip", &all)
+    }
+
+    /// Run a program inside the namespace; `Ok(stdout)` or `Err(stderr)`.
+    pub fn try_run(&self, program: &str, args: &[&str]) -> Result<String, String> {
+        let mut all = vec!["netns", "exec", self.name.as_str(), program];
+        all.extend_from_slice(args);
+        try_run("ip", &all)
+    }
+
+    /// One ping to `ip` with a 1 s deadline.
+    pub fn ping_once(&self, ip: &str) -> bool {
+        self.try_run("ping", &["-n", "-c", "1", "-W", "1", ip])
+            .is_ok()
+    }
+}
+
+impl Drop for TestNetns {
+    fn drop(&mut self) {
+        // whatever a test left running in it (a DHCP client daemon, a pinger) goes with it
+        if let Ok(pids) = try_run("ip", &["netns", "pids", &self.name]) {
+            for pid in pids.split_whitespace() {
+                let _ = try_run("kill", &["-9", pid]);
+            }
+        }
+        let _ = try_run("ip", &["netns", "del", &self.name]);
+        let _ = std::fs::remove_dir_all(PathBuf::from("/etc/netns").join(&self.name));
+    }
+}
+
+/// Attach a test namespace to OVN on `node`: an OVS internal port on the node's `br-int`
+/// bound to logical port `lsp`, moved into `ns` with `mac`, up, and no address (for DHCP).
+pub fn attach_netns(node: &Node, ns: &TestNetns, port: &str, lsp: &str, mac: &str) {
+    vsctl(
+        node,
+        &[
+            "--may-exist",
+            "add-port",
+            "br-int",
+            port,
+            "--",
+            "set",
+            "interface",
+            port,
+            "type=internal",
+            &format!("external_ids:iface-id={lsp}"),
+        ],
+    );
+    wait_until(Duration::from_secs(20), "internal port to appear", || {
+        try_run("ip", &["-n", &node.netns, "link", "show", port]).ok()
+    });
+    run(
+        "ip",
+        &["-n", &node.netns, "link", "set", port, "netns", &ns.name],
+    );
+    ns.run("ip", &["link", "set", port, "address", mac]);
+    ns.run("ip", &["link", "set", port, "up"]);
+}
+
+/// [`attach_netns`], then a /32 `ip` whose gateway `gw` is on-link (roam's overlay plumbing,
+/// done with `ip` here).
+pub fn plug_netns(
+    node: &Node,
+    ns: &TestNetns,
+    port: &str,
+    lsp: &str,
+    mac: &str,
+    ip: &str,
+    gw: &str,
+) {
+    attach_netns(node, ns, port, lsp, mac);
+    ns.run("ip", &["addr", "add", &format!("{ip}/32"), "dev", port]);
+    ns.run("ip", &["route", "add", gw, "dev", port, "scope", "link"]);
+    ns.run("ip", &["route", "add", "default", "via", gw, "dev", port]);
+}
+
+/// A network namespace created inside a node's mount namespace (as containerd creates a
+/// pod's), at `/run/netns/<name>` of that node; deleted when dropped.
+#[derive(Debug)]
+pub struct NodeNetns {
+    /// The namespace's name.
+    pub name: String,
+    /// Its path inside the node's mount namespace (what a runtime passes as CNI_NETNS).
+    pub path: String,
+    pid: String,
+}
+
+impl NodeNetns {
+    /// Create `name` on `node` (replacing a stale one), with `lo` up.
+    pub fn new(lab: &Lab, node: &str, name: &str) -> NodeNetns {
+        let ns = NodeNetns {
+            name: name.into(),
+            path: format!("/run/netns/{name}"),
+            pid: holder_pid(lab, node),
+        };
+        ns.netns(&["del", name]).ok();
+        ns.netns(&["add", name])
+            .unwrap_or_else(|e| panic!("create netns {name} on {node}: {e}"));
+        ns.run("ip", &["link", "set", "lo", "up"]);
+        ns
+    }
+
+    fn netns(&self, args: &[&str]) -> Result<String, String> {
+        let mut all = vec!["-t", self.pid.as_str(), "-m", "--", "ip", "netns"];
+        all.extend_from_slice(args);
+        try_run("nsenter", &all)
+    }
+
+    /// Run a program inside the namespace; `Ok(stdout)` or `Err(stderr)`.
+    pub fn try_run(&self, program: &str, args: &[&str]) -> Result<String, String> {
+        let mut all = vec!["exec", self.name.as_str(), program];
+        all.extend_from_slice(args);
+        self.netns(&all)
+    }
+
+    /// Run a program inside the namespace; panic on failure.
+    pub fn run(&self, program: &str, args: &[&str]) -> String {
+        self.try_run(program, args)
+            .unwrap_or_else(|e| panic!("{program} {} in {}: {e}", args.join(" "), self.name))
+    }
+
+    /// One ping to `ip` with a 1 s deadline.
+    pub fn ping_once(&self, ip: &str) -> bool {
+        self.try_run("ping", &["-n", "-c", "1", "-W", "1", ip])
+            .is_ok()
+    }
+}
+
+impl Drop for NodeNetns {
+    fn drop(&mut self) {
+        let _ = self.netns(&["del", &self.name]);
+    }
+}
