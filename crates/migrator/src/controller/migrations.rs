@@ -1086,6 +1086,49 @@ fn spawn_switchover(
     });
 }
 
+/// The reconcile with its own background tasks, as one controller process runs it: for the
+/// controller tests (a new one is a restarted controller; dropping it kills the old one's tasks).
+#[cfg(test)]
+pub(super) struct TestReconciler {
+    local: Local,
+    _kicked: mpsc::UnboundedReceiver<ObjectRef<VirtualMachineMigration>>,
+}
+
+#[cfg(test)]
+impl TestReconciler {
+    pub(super) fn new() -> TestReconciler {
+        let (kick, kicked) = mpsc::unbounded();
+        let local = Local {
+            tasks: Arc::new(Mutex::new(Tasks::default())),
+            suspended: Arc::default(),
+            kick,
+        };
+        TestReconciler {
+            local,
+            _kicked: kicked,
+        }
+    }
+
+    pub(super) async fn reconcile(
+        &self,
+        m: Arc<VirtualMachineMigration>,
+        ctx: Arc<Context>,
+    ) -> Result<KAction> {
+        reconcile(m, ctx, self.local.clone()).await
+    }
+}
+
+#[cfg(test)]
+impl Drop for TestReconciler {
+    fn drop(&mut self) {
+        for (_, (_, h)) in std::mem::take(&mut self.local.tasks().running) {
+            if let Some(h) = h {
+                h.abort();
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

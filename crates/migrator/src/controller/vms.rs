@@ -475,7 +475,7 @@ pub(super) fn set_condition(list: &mut Vec<Condition>, mut c: Condition) {
     }
 }
 
-async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action> {
+pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action> {
     if vm.metadata.deletion_timestamp.is_some() {
         // the pods and the Secret go with it (owner references); the Address is soft-deleted
         // by the operator's sweep once no launcher pod is left
