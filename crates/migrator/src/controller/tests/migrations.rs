@@ -98,9 +98,12 @@ impl World {
         self.api.get(ADDR).expect("the Address")
     }
     async fn reconcile(&self, r: &TestReconciler) {
+        self.try_reconcile(r).await.expect("reconcile");
+    }
+    async fn try_reconcile(&self, r: &TestReconciler) -> crate::Result<()> {
         r.reconcile(Arc::new(self.mig()), self.ctx.clone())
             .await
-            .expect("reconcile");
+            .map(|_| ())
     }
     /// The target pod runs and its shim answers, waiting for the copy.
     fn target_starts(&self) {
@@ -187,7 +190,11 @@ async fn the_happy_path_step_by_step() {
     ]));
     w.reconcile(&r).await;
     let bodies = w.api.done().await;
-    let args = bodies[11]["spec"]["containers"][0]["args"].to_string();
+    let target_pod = bodies
+        .iter()
+        .find(|b| b["metadata"]["name"] == "mig-target")
+        .expect("the target pod");
+    let args = target_pod["spec"]["containers"][0]["args"].to_string();
     assert!(args.contains("\"incoming\""), "{args}");
     assert_eq!(w.phase(), Phase::TargetScheduling);
 
@@ -321,13 +328,26 @@ async fn a_migration_deleted_while_migrating_aborts_the_copy_and_rolls_back() {
         reads(),
         vec![
             Expect::delete(format!("{PODS}/mig-target?")),
+            // the target is gone: the port only on the source
             Expect::get(ADDR),
             Expect::put(format!("{ADDR}?")).with(json!({"spec": {"host": "node-a"}})),
+            // rolled back: read again, already so, not written
+            Expect::get(ADDR),
             Expect::patch(format!("{VMS}/demo/status?")).with(json!({"status": {
                 "migration": null, "phase": "Running", "node": "node-a", "pod": "demo-launcher"}})),
             status_patch(json!({"phase": "Aborted", "reason": "the migration was deleted"})),
+            // the finalizer's removal carries the resourceVersion read before the status
+            // write above: the API server refuses it (409) and the reconcile fails
             Expect::patch(format!("{MIGS}/mig?")).with(json!({"metadata": {"finalizers": []}})),
         ],
+    ]));
+    assert!(w.try_reconcile(&r).await.is_err(), "a stale finalizer patch");
+    w.api.done().await;
+    assert_eq!(w.phase(), Phase::Aborted);
+    // the retry removes it
+    w.api.expect(Scenario::Steps(vec![
+        Expect::get(format!("{MIGS}/mig")),
+        Expect::patch(format!("{MIGS}/mig?")).with(json!({"metadata": {"finalizers": []}})),
     ]));
     w.reconcile(&r).await;
     w.api.done().await;
@@ -345,8 +365,17 @@ async fn a_migration_to_the_node_the_vm_runs_on_is_refused() {
         vec![
             status_patch(json!({"phase": "Failed",
                                 "reason": "the VM already runs on node-a; name another node"})),
-            Expect::patch(format!("{MIGS}/mig?")).with(json!({"metadata": {"finalizers": []}})),
+            // no finalizer removal: it is decided on the object read before the finalizer
+            // was added, which has none
         ],
+    ]));
+    w.reconcile(&r).await;
+    w.api.done().await;
+    // the next reconcile (the status write's watch event) removes it: finished history
+    w.api.expect(Scenario::Steps(vec![
+        Expect::get(format!("{MIGS}/mig")),
+        Expect::get(format!("{VMS}/demo")),
+        Expect::patch(format!("{MIGS}/mig?")).with(json!({"metadata": {"finalizers": []}})),
     ]));
     w.reconcile(&r).await;
     w.api.done().await;
@@ -369,6 +398,7 @@ async fn a_restarted_controller_adopts_the_copy_in_flight_and_flips_at_its_pause
     w.api.put(&m);
 
     let second = TestReconciler::new();
+    w.source.take_calls();
     w.api.expect(steps(vec![
         observe(false),
         reads(),
