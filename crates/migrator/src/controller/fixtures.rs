@@ -42,8 +42,6 @@ pub(super) struct Expect {
     uri: String,
     /// Fields the body must hold (a JSON subset), if any.
     body: Option<Value>,
-    /// Answer with this error code instead of serving the request.
-    fail: Option<u16>,
 }
 
 impl Expect {
@@ -52,7 +50,6 @@ impl Expect {
             method,
             uri: uri.into(),
             body: None,
-            fail: None,
         }
     }
     pub(super) fn get(uri: impl Into<String>) -> Expect {
@@ -73,11 +70,6 @@ impl Expect {
     /// The body holds `fields` (every key given, recursively; arrays compared whole).
     pub(super) fn with(mut self, fields: Value) -> Expect {
         self.body = Some(fields);
-        self
-    }
-    /// Answered with `code` (a Status), the store untouched.
-    pub(super) fn fails(mut self, code: u16) -> Expect {
-        self.fail = Some(code);
         self
     }
 }
@@ -211,15 +203,17 @@ impl ServerState {
                         .iter()
                         .filter(|(k, _)| {
                             k.strip_prefix(&prefix).is_some_and(|r| !r.contains('/'))
-                                || (k.contains("/namespaces/")
-                                    && is_all_namespaces(path, k))
+                                || (k.contains("/namespaces/") && is_all_namespaces(path, k))
                         })
                         .map(|(_, v)| v.clone())
                         .collect();
                     if items.is_empty() && !is_collection(path) {
                         (404, status(404, &format!("{path} not found")))
                     } else {
-                        (200, json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": self.rv.to_string()}, "items": items}))
+                        (
+                            200,
+                            json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": self.rv.to_string()}, "items": items}),
+                        )
                     }
                 }
             },
@@ -304,7 +298,11 @@ impl ApiServerVerifier {
             let mut handle = handle;
             while let Some((req, send)) = handle.next_request().await {
                 let (parts, body) = req.into_parts();
-                let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                let bytes = body
+                    .collect()
+                    .await
+                    .map(|b| b.to_bytes())
+                    .unwrap_or_default();
                 let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
                 let uri = parts.uri.to_string();
                 let path = parts.uri.path().to_string();
@@ -319,7 +317,6 @@ impl ApiServerVerifier {
                     } else {
                         st.seen.push(format!("{} {uri}", parts.method));
                         st.bodies.push(body.clone());
-                        let mut fail = None;
                         if let Some(exp) = st.expected.as_mut() {
                             match exp.pop_front() {
                                 None => st.failures.push(format!(
@@ -340,14 +337,10 @@ impl ApiServerVerifier {
                                             parts.method
                                         ));
                                     }
-                                    fail = e.fail;
                                 }
                             }
                         }
-                        match fail {
-                            Some(code) => (code, status(code, "injected by the test")),
-                            None => st.serve(&parts.method, &path, &body),
-                        }
+                        st.serve(&parts.method, &path, &body)
                     }
                 };
                 let resp = Response::builder()
@@ -655,7 +648,11 @@ async fn shim_answer(
     changed: &Notify,
 ) -> Response<http_body_util::Full<bytes::Bytes>> {
     let (parts, body) = req.into_parts();
-    let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let bytes = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
     let path = parts.uri.path().to_string();
     let query: BTreeMap<String, String> = parts
         .uri
@@ -687,13 +684,20 @@ async fn shim_answer(
         }
         (Method::GET, path::EVENTS) => {
             let after: u64 = query.get("after").and_then(|v| v.parse().ok()).unwrap_or(0);
-            let wait: u64 = query.get("wait_ms").and_then(|v| v.parse().ok()).unwrap_or(0);
+            let wait: u64 = query
+                .get("wait_ms")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
             let deadline = tokio::time::Instant::now() + Duration::from_millis(wait);
             loop {
                 let notified = changed.notified();
                 let evs: Vec<ShimEvent> = {
                     let st = s.lock().expect("shim state");
-                    st.events.iter().filter(|e| e.seq > after).cloned().collect()
+                    st.events
+                        .iter()
+                        .filter(|e| e.seq > after)
+                        .cloned()
+                        .collect()
                 };
                 if !evs.is_empty() || tokio::time::Instant::now() >= deadline {
                     let next = evs.last().map_or(after, |e| e.seq);

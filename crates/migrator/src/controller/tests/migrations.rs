@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::super::Context;
 use super::super::fixtures::{
     ApiServerVerifier, Expect, FakeShim, Scenario, context, job, shim_status,
 };
 use super::super::migrations::TestReconciler;
-use super::super::Context;
 use super::{address, network, node, pod, token_secret, vm};
 use crate::api::{Address, VirtualMachine, VirtualMachineMigration};
 use crate::migration::Phase;
@@ -52,7 +52,7 @@ async fn world(target: &str) -> World {
     let (ctx, api) = context(
         &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
         &["node-a", "node-b"],
-        &[addr.clone()],
+        std::slice::from_ref(&addr),
     );
     api.put(&node("node-a", "127.0.0.1"));
     api.put(&node("node-b", "127.0.0.2"));
@@ -107,8 +107,10 @@ impl World {
     }
     /// The target pod runs and its shim answers, waiting for the copy.
     fn target_starts(&self) {
-        let mut p: k8s_openapi::api::core::v1::Pod =
-            self.api.get(&format!("{PODS}/mig-target")).expect("the target pod");
+        let mut p: k8s_openapi::api::core::v1::Pod = self
+            .api
+            .get(&format!("{PODS}/mig-target"))
+            .expect("the target pod");
         p.status = serde_json::from_value(json!({"phase": "Running"})).unwrap();
         self.api.put(&p);
         self.target.update(|s| {
@@ -212,11 +214,25 @@ async fn the_happy_path_step_by_step() {
     ]));
     w.reconcile(&r).await;
     w.api.done().await;
-    let migrate = w.source.state.lock().unwrap().migrate.clone().expect("a migrate request");
-    assert_eq!(migrate.target, format!("http://127.0.0.2:{}", w.source.addr.port()));
+    let migrate = w
+        .source
+        .state
+        .lock()
+        .unwrap()
+        .migrate
+        .clone()
+        .expect("a migrate request");
+    assert_eq!(
+        migrate.target,
+        format!("http://127.0.0.2:{}", w.source.addr.port())
+    );
     assert_eq!(migrate.target_token, "t0ken");
     let calls = w.source.take_calls();
-    assert_eq!(calls.iter().filter(|c| *c == "POST /v1/migrate").count(), 1, "{calls:?}");
+    assert_eq!(
+        calls.iter().filter(|c| *c == "POST /v1/migrate").count(),
+        1,
+        "{calls:?}"
+    );
 
     // TargetReady → Migrating: the job runs
     w.api.expect(steps(vec![
@@ -240,7 +256,11 @@ async fn the_happy_path_step_by_step() {
     w.source.update(|s| s.status.domain = DomainState::Paused);
     w.source.event(Lifecycle::SuspendedForMigration);
     let bodies = w.api.done().await;
-    assert!(bodies[2]["status"]["switchoverMs"].is_u64(), "{}", bodies[2]);
+    assert!(
+        bodies[2]["status"]["switchoverMs"].is_u64(),
+        "{}",
+        bodies[2]
+    );
 
     // Migrating → Switchover: the route is at the target already, nothing to do
     w.api.expect(steps(vec![
@@ -284,7 +304,13 @@ async fn the_happy_path_step_by_step() {
     ]));
     w.reconcile(&r).await;
     w.api.done().await;
-    assert!(w.address().metadata.annotations.unwrap_or_default().get("roam.dev/also-on").is_none());
+    assert!(
+        !w.address()
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("roam.dev/also-on")
+    );
     w.api.events(&["MigrationSucceeded"]).await;
 
     // history: the VM no longer names it, the finalizer goes
@@ -315,11 +341,17 @@ async fn a_migration_deleted_while_migrating_aborts_the_copy_and_rolls_back() {
     w.api.expect(steps(vec![
         observe(false),
         reads(),
-        vec![status_patch(json!({"phase": "Migrating", "reason": "the migration was deleted"}))],
+        vec![status_patch(
+            json!({"phase": "Migrating", "reason": "the migration was deleted"}),
+        )],
     ]));
     w.reconcile(&r).await;
     w.api.done().await;
-    assert!(w.source.take_calls().contains(&"POST /v1/abort".to_string()));
+    assert!(
+        w.source
+            .take_calls()
+            .contains(&"POST /v1/abort".to_string())
+    );
 
     // aborted: the target pod goes, the port only on the source, the VM released, the
     // finalizer removed
@@ -341,7 +373,10 @@ async fn a_migration_deleted_while_migrating_aborts_the_copy_and_rolls_back() {
             Expect::patch(format!("{MIGS}/mig?")).with(json!({"metadata": {"finalizers": []}})),
         ],
     ]));
-    assert!(w.try_reconcile(&r).await.is_err(), "a stale finalizer patch");
+    assert!(
+        w.try_reconcile(&r).await.is_err(),
+        "a stale finalizer patch"
+    );
     w.api.done().await;
     assert_eq!(w.phase(), Phase::Aborted);
     // the retry removes it
@@ -352,7 +387,7 @@ async fn a_migration_deleted_while_migrating_aborts_the_copy_and_rolls_back() {
     w.reconcile(&r).await;
     w.api.done().await;
     let also = w.address().metadata.annotations.unwrap_or_default();
-    assert!(also.get("roam.dev/also-on").is_none(), "{also:?}");
+    assert!(!also.contains_key("roam.dev/also-on"), "{also:?}");
     w.api.events(&["MigrationAborted"]).await;
 }
 
@@ -407,7 +442,11 @@ async fn a_restarted_controller_adopts_the_copy_in_flight_and_flips_at_its_pause
     w.reconcile(&second).await;
     w.api.done().await;
     // no second copy
-    assert!(!w.source.take_calls().contains(&"POST /v1/migrate".to_string()));
+    assert!(
+        !w.source
+            .take_calls()
+            .contains(&"POST /v1/migrate".to_string())
+    );
 
     // its switchover task watches the adopted job: the pause flips the route
     w.api.expect(Scenario::Steps(vec![

@@ -7,7 +7,6 @@ mod pods;
 mod vms;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
-use kube::api::ObjectMeta;
 use serde_json::json;
 
 use crate::api::{Address, Network, VirtualMachine};
@@ -82,13 +81,4 @@ pub(super) fn pod(name: &str, node: &str, annotations: serde_json::Value) -> Pod
         "status": {"phase": "Running"},
     }))
     .expect("a Pod")
-}
-
-/// `ObjectMeta` of a namespaced object.
-pub(super) fn meta(name: &str) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.into()),
-        namespace: Some("ns".into()),
-        ..Default::default()
-    }
 }

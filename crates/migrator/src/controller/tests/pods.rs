@@ -16,7 +16,7 @@ async fn a_pod_claims_a_pool_address_then_its_addresses_are_published() {
     let (ctx, api) = context(
         &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
         &["node-a"],
-        &[pool.clone()],
+        std::slice::from_ref(&pool),
     );
     api.put(&pool);
     let p = pod("web", "node-a", json!({}));
@@ -29,7 +29,9 @@ async fn a_pod_claims_a_pool_address_then_its_addresses_are_published() {
         })),
         Expect::patch("/api/v1/namespaces/ns/pods/web?"),
     ]));
-    reconcile(Arc::new(p), ctx.clone()).await.expect("reconcile");
+    reconcile(Arc::new(p), ctx.clone())
+        .await
+        .expect("reconcile");
     let bodies = api.done().await;
     let published = bodies[1]["metadata"]["annotations"]["roam.dev/addresses"]
         .as_str()
@@ -50,12 +52,17 @@ async fn a_bad_interfaces_annotation_claims_nothing_and_is_reported_once() {
     api.expect(Scenario::Steps(vec![Expect::patch(
         "/api/v1/namespaces/ns/pods/web?",
     )]));
-    reconcile(Arc::new(p), ctx.clone()).await.expect("reconcile");
+    reconcile(Arc::new(p), ctx.clone())
+        .await
+        .expect("reconcile");
     let bodies = api.done().await;
     let error = bodies[0]["metadata"]["annotations"]["roam.dev/error"]
         .as_str()
         .expect("roam.dev/error");
-    assert!(error.contains("roam.dev/interfaces") || error.contains("web"), "{error}");
+    assert!(
+        error.contains("roam.dev/interfaces") || error.contains("web"),
+        "{error}"
+    );
     let events = api.events(&["InvalidInterfaces"]).await;
     assert_eq!(events.len(), 1, "one Warning Event: {events:?}");
 
@@ -64,6 +71,8 @@ async fn a_bad_interfaces_annotation_claims_nothing_and_is_reported_once() {
         .get::<k8s_openapi::api::core::v1::Pod>("/api/v1/namespaces/ns/pods/web")
         .expect("the pod");
     api.expect(Scenario::Steps(vec![]));
-    reconcile(Arc::new(p), ctx.clone()).await.expect("reconcile");
+    reconcile(Arc::new(p), ctx.clone())
+        .await
+        .expect("reconcile");
     api.done().await;
 }

@@ -14,7 +14,11 @@ const VMS: &str = "/apis/roam.dev/v1alpha1/namespaces/ns/virtualmachines";
 /// Claim, port, token, launcher pod, status: in this order, each once.
 #[tokio::test]
 async fn a_new_vm_claims_its_address_then_gets_its_launcher_pod() {
-    let (ctx, api) = context(&[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")], &["node-a"], &[]);
+    let (ctx, api) = context(
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a"],
+        &[],
+    );
     api.put(&node("node-a", "127.0.0.1"));
     api.put(&vm());
     api.expect(Scenario::Steps(vec![
@@ -36,9 +40,14 @@ async fn a_new_vm_claims_its_address_then_gets_its_launcher_pod() {
             "status": {"phase": "Starting", "node": "node-a", "pod": "demo-launcher"},
         })),
     ]));
-    let action = reconcile(Arc::new(vm()), ctx.clone()).await.expect("reconcile");
+    let action = reconcile(Arc::new(vm()), ctx.clone())
+        .await
+        .expect("reconcile");
     let bodies = api.done().await;
-    assert_eq!(action, kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(1)));
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(1))
+    );
     let ip = bodies[2]["spec"]["ip"].as_str().expect("an IP").to_string();
     assert!(ip.starts_with("10.1.0."), "{ip}");
     let st = api
@@ -54,9 +63,19 @@ async fn a_new_vm_claims_its_address_then_gets_its_launcher_pod() {
 /// yet): the controller reads the winner and claims the next IP.
 #[tokio::test]
 async fn a_claim_that_loses_its_race_reads_the_winner_and_takes_another_ip() {
-    let (ctx, api) = context(&[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")], &["node-a"], &[]);
+    let (ctx, api) = context(
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a"],
+        &[],
+    );
     api.put(&node("node-a", "127.0.0.1"));
-    api.put(&address("net-10-1-0-2", "net", "10.1.0.2", Some("ns/other"), "node-a"));
+    api.put(&address(
+        "net-10-1-0-2",
+        "net",
+        "10.1.0.2",
+        Some("ns/other"),
+        "node-a",
+    ));
     let mut v = vm();
     v.spec.node = Some("node-a".into());
     api.put(&v);
@@ -75,11 +94,20 @@ async fn a_claim_that_loses_its_race_reads_the_winner_and_takes_another_ip() {
         Expect::patch(format!("{VMS}/demo/status?"))
             .with(json!({"status": {"interfaces": [{"ip": "10.1.0.3"}]}})),
     ]));
-    reconcile(Arc::new(v), ctx.clone()).await.expect("reconcile");
+    reconcile(Arc::new(v), ctx.clone())
+        .await
+        .expect("reconcile");
     api.done().await;
     // the winner is known now, untouched
-    let winner = ctx.index.lock().unwrap().address("net-10-1-0-2").expect("the winner");
+    let winner = ctx
+        .index
+        .lock()
+        .unwrap()
+        .address("net-10-1-0-2")
+        .expect("the winner");
     assert_eq!(winner.spec.owner.as_deref(), Some("ns/other"));
-    let stored: Address = api.get("/apis/roam.dev/v1alpha1/addresses/net-10-1-0-2").unwrap();
+    let stored: Address = api
+        .get("/apis/roam.dev/v1alpha1/addresses/net-10-1-0-2")
+        .unwrap();
     assert_eq!(stored.spec.owner.as_deref(), Some("ns/other"));
 }
