@@ -11,6 +11,8 @@
 //! - the OVN syncer ([`ovn`]) reconciles a Network's OVN topology, debounced and batched, and
 //!   the route controller flips a moved Address's /32 first (fast path).
 
+#[cfg(test)]
+mod fixtures;
 pub mod index;
 pub mod leader;
 pub mod metrics;
@@ -20,6 +22,8 @@ mod operator;
 mod ovn;
 mod pods;
 mod retry;
+#[cfg(test)]
+mod tests;
 pub mod vms;
 mod watch;
 

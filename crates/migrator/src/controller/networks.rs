@@ -32,7 +32,7 @@ pub(super) async fn run(ctx: Arc<Context>) {
     }
 }
 
-async fn pass(ctx: &Arc<Context>) -> Result<()> {
+pub(super) async fn pass(ctx: &Arc<Context>) -> Result<()> {
     let (objects, nodes, ready) = {
         let idx = ctx.index.lock().expect("index lock");
         (

@@ -130,7 +130,7 @@ fn pod_key(p: &Pod) -> String {
     )
 }
 
-async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
+pub(super) async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
     let Some(owner) = live_owner(&pod) else {
         // not scheduled yet, host network, or finished (the sweep soft-deletes its address)

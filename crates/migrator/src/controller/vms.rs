@@ -230,7 +230,7 @@ async fn patch_status(ctx: &Context, vm: &VirtualMachine, st: &VirtualMachineSta
     Ok(())
 }
 
-async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action> {
+pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action> {
     if vm.metadata.deletion_timestamp.is_some() {
         // the pods and the Secret go with it (owner references); the Address is soft-deleted
         // by the operator's sweep once no launcher pod is left

@@ -257,3 +257,39 @@ async fn tell(
         }
     }
 }
+
+/// The reconcile with its own background tasks, as one controller process runs it: for the
+/// controller tests (a new one is a restarted controller; dropping it kills the old one's tasks).
+#[cfg(test)]
+pub(super) struct TestReconciler {
+    local: Local,
+    _kicked: futures::channel::mpsc::UnboundedReceiver<
+        kube::runtime::reflector::ObjectRef<VirtualMachineMigration>,
+    >,
+}
+
+#[cfg(test)]
+impl TestReconciler {
+    pub(super) fn new() -> TestReconciler {
+        let (local, kicked) = Local::new();
+        TestReconciler {
+            local,
+            _kicked: kicked,
+        }
+    }
+
+    pub(super) async fn reconcile(
+        &self,
+        m: Arc<VirtualMachineMigration>,
+        ctx: Arc<Context>,
+    ) -> Result<KAction> {
+        reconcile(m, ctx, self.local.clone()).await
+    }
+}
+
+#[cfg(test)]
+impl Drop for TestReconciler {
+    fn drop(&mut self) {
+        self.local.abort_all();
+    }
+}

@@ -82,6 +82,16 @@ impl Local {
         }
     }
 
+    /// Stop every task (a killed process's tasks die with it).
+    #[cfg(test)]
+    pub(super) fn abort_all(&self) {
+        for (_, (_, h)) in std::mem::take(&mut self.tasks().running) {
+            if let Some(h) = h {
+                h.abort();
+            }
+        }
+    }
+
     pub(super) fn kick(&self, m: &VirtualMachineMigration) {
         let _ = self.kick.unbounded_send(ObjectRef::from_obj(m));
     }

@@ -1,0 +1,447 @@
+//! The migration controller, reconcile by reconcile: its happy path (Pending → TargetScheduling
+//! → TargetReady → Migrating → Switchover → Succeeded), the switchover task's flip at the
+//! pause, an abort (deleted while Migrating), a refused spec, and a restarted controller that
+//! adopts a copy in flight. The shims are fakes on loopback (127.0.0.1 the source node,
+//! 127.0.0.2 the target), the API server the mock of [`super::super::fixtures`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::super::Context;
+use super::super::fixtures::{
+    ApiServerVerifier, Expect, FakeShim, Scenario, context, job, shim_status,
+};
+use super::super::migrations::TestReconciler;
+use super::{address, network, node, pod, token_secret, vm};
+use crate::api::{Address, VirtualMachine, VirtualMachineMigration};
+use crate::core::migration::Phase;
+use roam_shim_api::api::{DomainState, Incoming, JobState, JobStats};
+use roam_shim_api::events::Lifecycle;
+
+const MIGS: &str = "/apis/roam.dev/v1alpha1/namespaces/ns/virtualmachinemigrations";
+const VMS: &str = "/apis/roam.dev/v1alpha1/namespaces/ns/virtualmachines";
+const PODS: &str = "/api/v1/namespaces/ns/pods";
+const ADDR: &str = "/apis/roam.dev/v1alpha1/addresses/net-10-1-0-5";
+
+/// A VM running on node-a (its shim on 127.0.0.1), node-b Ready (127.0.0.2), and a
+/// migration `mig` of it to `target`.
+struct World {
+    ctx: Arc<Context>,
+    api: ApiServerVerifier,
+    source: FakeShim,
+    target: FakeShim,
+}
+
+async fn world(target: &str) -> World {
+    let source = FakeShim::start(
+        "127.0.0.1:0".parse().unwrap(),
+        shim_status("node-a", DomainState::Running, "demo-launcher"),
+    )
+    .await
+    .expect("a source shim");
+    let port = source.addr.port();
+    let target_shim = FakeShim::start(
+        SocketAddr::from(([127, 0, 0, 2], port)),
+        shim_status("node-b", DomainState::Absent, "mig-target"),
+    )
+    .await
+    .expect("a target shim on the source's port");
+    let addr = address("net-10-1-0-5", "net", "10.1.0.5", Some("ns/demo"), "node-a");
+    let (ctx, api) = context(
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a", "node-b"],
+        std::slice::from_ref(&addr),
+    );
+    api.put(&node("node-a", "127.0.0.1"));
+    api.put(&node("node-b", "127.0.0.2"));
+    api.put(&addr);
+    api.put(&token_secret());
+    let mut v = vm();
+    v.status = Some(
+        serde_json::from_value(json!({"phase": "Running", "node": "node-a",
+                                      "pod": "demo-launcher", "shimPort": port}))
+        .unwrap(),
+    );
+    api.put(&v);
+    let mut launcher = pod("demo-launcher", "node-a", json!({}));
+    launcher.metadata.labels = Some([("roam.dev/launcher".to_string(), "true".to_string())].into());
+    api.put(&launcher);
+    api.put(&migration(target));
+    World {
+        ctx,
+        api,
+        source,
+        target: target_shim,
+    }
+}
+
+fn migration(target: &str) -> VirtualMachineMigration {
+    serde_json::from_value(json!({
+        "apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachineMigration",
+        "metadata": {"name": "mig", "namespace": "ns", "uid": "mig-uid",
+                     "labels": {"roam.dev/vm": "demo"}},
+        "spec": {"vm": "demo", "targetNode": target},
+    }))
+    .unwrap()
+}
+
+impl World {
+    fn mig(&self) -> VirtualMachineMigration {
+        self.api.get(&format!("{MIGS}/mig")).expect("the migration")
+    }
+    fn phase(&self) -> Phase {
+        self.mig().status.unwrap_or_default().phase
+    }
+    fn address(&self) -> Address {
+        self.api.get(ADDR).expect("the Address")
+    }
+    async fn reconcile(&self, r: &TestReconciler) {
+        self.try_reconcile(r).await.expect("reconcile");
+    }
+    async fn try_reconcile(&self, r: &TestReconciler) -> crate::Result<()> {
+        r.reconcile(Arc::new(self.mig()), self.ctx.clone())
+            .await
+            .map(|_| ())
+    }
+    /// The target pod runs and its shim answers, waiting for the copy.
+    fn target_starts(&self) {
+        let mut p: k8s_openapi::api::core::v1::Pod = self
+            .api
+            .get(&format!("{PODS}/mig-target"))
+            .expect("the target pod");
+        p.status = serde_json::from_value(json!({"phase": "Running"})).unwrap();
+        self.api.put(&p);
+        self.target.update(|s| {
+            s.status.domain = DomainState::Paused;
+            s.status.incoming = true;
+        });
+    }
+    /// Steps 1-3 of the happy path, unchecked: the copy runs.
+    async fn to_migrating(&self, r: &TestReconciler) {
+        self.api.expect(Scenario::Free);
+        self.reconcile(r).await;
+        self.target_starts();
+        self.reconcile(r).await;
+        self.reconcile(r).await;
+        assert_eq!(self.phase(), Phase::Migrating);
+    }
+}
+
+/// What every reconcile of a running migration reads first, in order.
+fn observe(with_finalizer_patch: bool) -> Vec<Expect> {
+    let mut v = vec![Expect::get(format!("{MIGS}/mig"))];
+    if with_finalizer_patch {
+        v.push(
+            Expect::patch(format!("{MIGS}/mig?"))
+                .with(json!({"metadata": {"finalizers": ["roam.dev/migration"]}})),
+        );
+    }
+    v.push(Expect::get(format!("{VMS}/demo")));
+    v
+}
+
+fn reads() -> Vec<Expect> {
+    vec![
+        Expect::get("/api/v1/namespaces/ns/secrets/demo-shim-token"),
+        Expect::get("/api/v1/nodes/node-a"),
+        Expect::get("/api/v1/nodes/node-b"),
+        Expect::get(format!("{PODS}/mig-target")),
+        Expect::get(format!("{PODS}/demo-launcher")),
+    ]
+}
+
+fn status_patch(fields: Value) -> Expect {
+    Expect::patch(format!("{MIGS}/mig/status?")).with(json!({ "status": fields }))
+}
+
+fn steps(parts: Vec<Vec<Expect>>) -> Scenario {
+    Scenario::Steps(parts.into_iter().flatten().collect())
+}
+
+#[tokio::test]
+async fn the_happy_path_step_by_step() {
+    let w = world("node-b").await;
+    let r = TestReconciler::new();
+
+    // Pending: finalizer, validation, the VM claimed, the port prepared on the target, the
+    // target pod created
+    w.api.expect(steps(vec![
+        observe(true),
+        vec![
+            Expect::get("/api/v1/nodes/node-b"),
+            Expect::patch(format!("{VMS}/demo/status?"))
+                .with(json!({"status": {"migration": "mig", "phase": "Migrating"}})),
+        ],
+        reads(),
+        vec![
+            Expect::get(ADDR),
+            Expect::put(format!("{ADDR}?")).with(json!({
+                "metadata": {"annotations": {"roam.dev/also-on": "node-b"}},
+                "spec": {"host": "node-a"},
+            })),
+            Expect::post(format!("{PODS}?")).with(json!({
+                "metadata": {"name": "mig-target", "annotations": {"roam.dev/migration": "mig"}},
+                "spec": {"nodeName": "node-b"},
+            })),
+            status_patch(json!({"phase": "TargetScheduling", "sourceNode": "node-a",
+                                "targetNode": "node-b", "sourcePod": "demo-launcher",
+                                "targetPod": "mig-target"})),
+        ],
+    ]));
+    w.reconcile(&r).await;
+    let bodies = w.api.done().await;
+    let target_pod = bodies
+        .iter()
+        .find(|b| b["metadata"]["name"] == "mig-target")
+        .expect("the target pod");
+    let args = target_pod["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("\"incoming\""), "{args}");
+    assert_eq!(w.phase(), Phase::TargetScheduling);
+
+    // TargetScheduling → TargetReady: the target's shim answers; the copy starts and its
+    // job id is written before anything else
+    w.target_starts();
+    w.source.take_calls();
+    w.api.expect(steps(vec![
+        observe(false),
+        reads(),
+        vec![
+            status_patch(json!({"phase": "TargetScheduling", "jobId": 7})),
+            status_patch(json!({"phase": "TargetReady", "jobId": 7})),
+        ],
+    ]));
+    w.reconcile(&r).await;
+    w.api.done().await;
+    let migrate = w
+        .source
+        .state
+        .lock()
+        .unwrap()
+        .migrate
+        .clone()
+        .expect("a migrate request");
+    assert_eq!(
+        migrate.target,
+        format!("http://127.0.0.2:{}", w.source.addr.port())
+    );
+    assert_eq!(migrate.target_token, "t0ken");
+    let calls = w.source.take_calls();
+    assert_eq!(
+        calls.iter().filter(|c| *c == "POST /v1/migrate").count(),
+        1,
+        "{calls:?}"
+    );
+
+    // TargetReady → Migrating: the job runs
+    w.api.expect(steps(vec![
+        observe(false),
+        reads(),
+        vec![status_patch(json!({"phase": "Migrating"}))],
+    ]));
+    w.reconcile(&r).await;
+    w.api.done().await;
+
+    // the pause: the switchover task (not a reconcile) moves the Address to the target
+    // and records the switchover
+    w.api.expect(Scenario::Steps(vec![
+        Expect::get(ADDR),
+        Expect::put(format!("{ADDR}?")).with(json!({
+            "metadata": {"annotations": {"roam.dev/also-on": "node-a"}},
+            "spec": {"host": "node-b"},
+        })),
+        Expect::patch(format!("{MIGS}/mig/status?")),
+    ]));
+    w.source.update(|s| s.status.domain = DomainState::Paused);
+    w.source.event(Lifecycle::SuspendedForMigration);
+    let bodies = w.api.done().await;
+    assert!(
+        bodies[2]["status"]["switchoverMs"].is_u64(),
+        "{}",
+        bodies[2]
+    );
+
+    // Migrating → Switchover: the route is at the target already, nothing to do
+    w.api.expect(steps(vec![
+        observe(false),
+        reads(),
+        vec![status_patch(json!({"phase": "Switchover"}))],
+    ]));
+    w.reconcile(&r).await;
+    w.api.done().await;
+
+    // the guest runs on the target: the VM is the target's, the source pod goes, the
+    // port lives only on the target, the VM is released
+    w.target.update(|s| {
+        s.status.domain = DomainState::Running;
+        s.status.incoming = false;
+        s.status.last_incoming = Some(Incoming {
+            resumed_unix_ns: 2,
+            stats: JobStats {
+                downtime_ms: Some(42),
+                ..Default::default()
+            },
+        });
+    });
+    w.source.update(|s| {
+        s.status.domain = DomainState::Absent;
+        s.status.job = Some(job(7, JobState::Completed, "x"));
+    });
+    w.api.expect(steps(vec![
+        observe(false),
+        reads(),
+        vec![
+            Expect::patch(format!("{VMS}/demo/status?"))
+                .with(json!({"status": {"node": "node-b", "pod": "mig-target"}})),
+            Expect::delete(format!("{PODS}/demo-launcher?")),
+            Expect::get(ADDR),
+            Expect::put(format!("{ADDR}?")).with(json!({"spec": {"host": "node-b"}})),
+            Expect::patch(format!("{VMS}/demo/status?")).with(json!({"status": {
+                "migration": null, "phase": "Running", "node": "node-b", "pod": "mig-target"}})),
+            status_patch(json!({"phase": "Succeeded", "downtimeMs": 42})),
+        ],
+    ]));
+    w.reconcile(&r).await;
+    w.api.done().await;
+    assert!(
+        !w.address()
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("roam.dev/also-on")
+    );
+    w.api.events(&["MigrationSucceeded"]).await;
+
+    // history: the VM no longer names it, the finalizer goes
+    w.api.expect(Scenario::Steps(vec![
+        Expect::get(format!("{MIGS}/mig")),
+        Expect::get(format!("{VMS}/demo")),
+        Expect::patch(format!("{MIGS}/mig?")).with(json!({"metadata": {"finalizers": []}})),
+    ]));
+    w.reconcile(&r).await;
+    w.api.done().await;
+    let v: VirtualMachine = w.api.get(&format!("{VMS}/demo")).unwrap();
+    assert_eq!(v.status.unwrap().node.as_deref(), Some("node-b"));
+}
+
+#[tokio::test]
+async fn a_migration_deleted_while_migrating_aborts_the_copy_and_rolls_back() {
+    let w = world("node-b").await;
+    let r = TestReconciler::new();
+    w.to_migrating(&r).await;
+    let mut m = w.mig();
+    m.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    w.api.put(&m);
+
+    // the copy is stopped first; the phase stays until libvirt says it stopped
+    w.source.take_calls();
+    w.api.expect(steps(vec![
+        observe(false),
+        reads(),
+        vec![status_patch(
+            json!({"phase": "Migrating", "reason": "the migration was deleted"}),
+        )],
+    ]));
+    w.reconcile(&r).await;
+    w.api.done().await;
+    assert!(
+        w.source
+            .take_calls()
+            .contains(&"POST /v1/abort".to_string())
+    );
+
+    // aborted: the target pod goes, the port only on the source, the VM released, the
+    // finalizer removed
+    w.api.expect(steps(vec![
+        observe(false),
+        reads(),
+        vec![
+            Expect::delete(format!("{PODS}/mig-target?")),
+            // the target is gone: the port only on the source
+            Expect::get(ADDR),
+            Expect::put(format!("{ADDR}?")).with(json!({"spec": {"host": "node-a"}})),
+            // rolled back: read again, already so, not written
+            Expect::get(ADDR),
+            Expect::patch(format!("{VMS}/demo/status?")).with(json!({"status": {
+                "migration": null, "phase": "Running", "node": "node-a", "pod": "demo-launcher"}})),
+            status_patch(json!({"phase": "Aborted", "reason": "the migration was deleted"})),
+            // on the resourceVersion the status write returned: accepted
+            Expect::patch(format!("{MIGS}/mig?")).with(json!({"metadata": {"finalizers": []}})),
+        ],
+    ]));
+    w.reconcile(&r).await;
+    w.api.done().await;
+    assert_eq!(w.phase(), Phase::Aborted);
+    let also = w.address().metadata.annotations.unwrap_or_default();
+    assert!(!also.contains_key("roam.dev/also-on"), "{also:?}");
+    w.api.events(&["MigrationAborted"]).await;
+}
+
+#[tokio::test]
+async fn a_migration_to_the_node_the_vm_runs_on_is_refused() {
+    let w = world("node-a").await;
+    let r = TestReconciler::new();
+    w.api.expect(steps(vec![
+        observe(true),
+        vec![
+            status_patch(json!({"phase": "Failed",
+                                "reason": "the VM already runs on node-a; name another node"})),
+            // nothing left to do: the finalizer goes in the same reconcile
+            Expect::patch(format!("{MIGS}/mig?")).with(json!({"metadata": {"finalizers": []}})),
+        ],
+    ]));
+    w.reconcile(&r).await;
+    w.api.done().await;
+    // the next reconcile (the status write's watch event) finds finished history
+    w.api.expect(Scenario::Steps(vec![
+        Expect::get(format!("{MIGS}/mig")),
+        Expect::get(format!("{VMS}/demo")),
+    ]));
+    w.reconcile(&r).await;
+    w.api.done().await;
+    w.api.events(&["MigrationFailed"]).await;
+    // nothing was asked of the shims
+    assert!(w.source.take_calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_restarted_controller_adopts_the_copy_in_flight_and_flips_at_its_pause() {
+    let w = world("node-b").await;
+    let first = TestReconciler::new();
+    w.to_migrating(&first).await;
+    // the controller dies; as if it died before the job id was written
+    drop(first);
+    let mut m = w.mig();
+    if let Some(st) = m.status.as_mut() {
+        st.job_id = None;
+    }
+    w.api.put(&m);
+
+    let second = TestReconciler::new();
+    w.source.take_calls();
+    w.api.expect(steps(vec![
+        observe(false),
+        reads(),
+        vec![status_patch(json!({"phase": "Migrating", "jobId": 7}))],
+    ]));
+    w.reconcile(&second).await;
+    w.api.done().await;
+    // no second copy
+    assert!(
+        !w.source
+            .take_calls()
+            .contains(&"POST /v1/migrate".to_string())
+    );
+
+    // its switchover task watches the adopted job: the pause flips the route
+    w.api.expect(Scenario::Steps(vec![
+        Expect::get(ADDR),
+        Expect::put(format!("{ADDR}?")).with(json!({"spec": {"host": "node-b"}})),
+        Expect::patch(format!("{MIGS}/mig/status?")),
+    ]));
+    w.source.event(Lifecycle::SuspendedForMigration);
+    w.api.done().await;
+}

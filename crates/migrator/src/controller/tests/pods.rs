@@ -1,0 +1,78 @@
+//! The pod controller: a pod takes a pool Address of its node (PUT with the pool Address's
+//! resourceVersion), then `roam.dev/addresses` is published; a malformed `roam.dev/interfaces`
+//! claims nothing and is reported once.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::super::fixtures::{Expect, Scenario, context};
+use super::super::pods::reconcile;
+use super::{address, network, pod};
+
+#[tokio::test]
+async fn a_pod_claims_a_pool_address_then_its_addresses_are_published() {
+    let pool = address("net-10-1-0-5", "net", "10.1.0.5", None, "node-a");
+    let (ctx, api) = context(
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a"],
+        std::slice::from_ref(&pool),
+    );
+    api.put(&pool);
+    let p = pod("web", "node-a", json!({}));
+    api.put(&p);
+    api.expect(Scenario::Steps(vec![
+        Expect::put("/apis/roam.dev/v1alpha1/addresses/net-10-1-0-5?").with(json!({
+            "metadata": {"resourceVersion": "1", "annotations": {"roam.dev/pod": "ns/web"}},
+            // a plain pod's owner key is `namespace-name`
+            "spec": {"owner": "ns-web", "host": "node-a", "reserved": true},
+        })),
+        Expect::patch("/api/v1/namespaces/ns/pods/web?"),
+    ]));
+    reconcile(Arc::new(p), ctx.clone())
+        .await
+        .expect("reconcile");
+    let bodies = api.done().await;
+    let published = bodies[1]["metadata"]["annotations"]["roam.dev/addresses"]
+        .as_str()
+        .expect("roam.dev/addresses");
+    assert!(published.contains("10.1.0.5"), "{published}");
+    assert!(bodies[1]["metadata"]["annotations"]["roam.dev/error"].is_null());
+}
+
+#[tokio::test]
+async fn a_bad_interfaces_annotation_claims_nothing_and_is_reported_once() {
+    let (ctx, api) = context(
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a"],
+        &[],
+    );
+    let p = pod("web", "node-a", json!({"roam.dev/interfaces": "not json"}));
+    api.put(&p);
+    api.expect(Scenario::Steps(vec![Expect::patch(
+        "/api/v1/namespaces/ns/pods/web?",
+    )]));
+    reconcile(Arc::new(p), ctx.clone())
+        .await
+        .expect("reconcile");
+    let bodies = api.done().await;
+    let error = bodies[0]["metadata"]["annotations"]["roam.dev/error"]
+        .as_str()
+        .expect("roam.dev/error");
+    assert!(
+        error.contains("roam.dev/interfaces") || error.contains("web"),
+        "{error}"
+    );
+    let events = api.events(&["InvalidInterfaces"]).await;
+    assert_eq!(events.len(), 1, "one Warning Event: {events:?}");
+
+    // the same error already on the pod: nothing written again
+    let p = api
+        .get::<k8s_openapi::api::core::v1::Pod>("/api/v1/namespaces/ns/pods/web")
+        .expect("the pod");
+    api.expect(Scenario::Steps(vec![]));
+    reconcile(Arc::new(p), ctx.clone())
+        .await
+        .expect("reconcile");
+    api.done().await;
+}
