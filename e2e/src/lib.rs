@@ -493,10 +493,10 @@ pub fn reconcile_on_lab(
 ) -> roam_network::topology::ReconcileReport {
     let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
     rt.block_on(async {
-        let client = roam_network::ovsdb::Client::connect(lab.nb())
+        let client = roam_ovsdb::Client::connect(lab.nb())
             .await
             .expect("connect to the lab's NB");
-        roam_network::topology::reconcile(&client, network, topology)
+        roam_network::northbound::reconcile(&client, network, topology)
             .await
             .unwrap_or_else(|e| panic!("reconcile {network}: {e}"))
     })
@@ -1202,7 +1202,7 @@ pub fn unscheduled_pod(name: &str, addresses: Option<&str>) -> serde_json::Value
     let mut annotations = serde_json::Map::new();
     if let Some(a) = addresses {
         annotations.insert(
-            roam_network::annotation::ADDRESSES.into(),
+            roam_contract::keys::ADDRESSES.into(),
             serde_json::Value::String(a.into()),
         );
     }

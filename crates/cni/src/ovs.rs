@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use roam_network::ovsdb::vswitch::{Bridge, DATABASE, Interface, Port};
-use roam_network::ovsdb::{Client, ClientOptions, TableRow, ops, select_where};
+use roam_ovsdb::vswitch::{Bridge, DATABASE, Interface, Port};
+use roam_ovsdb::{Client, ClientOptions, TableRow, ops, select_where};
 use serde_json::{Value, json};
 
 use crate::check::ObservedPort;
@@ -31,7 +31,7 @@ pub struct Ovs {
     bridge: String,
 }
 
-fn ovs_err(what: &str) -> impl FnOnce(roam_network::Error) -> Error + '_ {
+fn ovs_err(what: &str) -> impl FnOnce(roam_ovsdb::Error) -> Error + '_ {
     move |e| Error::Ovsdb(format!("{what}: {e}"))
 }
 

@@ -525,7 +525,7 @@ mod tests {
     use super::*;
 
     /// The annotation's reference example, values written as strings.
-    const SEED: &str = r#"[
+    const EXAMPLE: &str = r#"[
       { "mode": "underlay",
         "interface": { "dhcp": "true", "mac": "00:00:00:8a:62:c4", "ip": "10.0.0.2",
           "mask": "255.255.255.0", "gateway": "10.0.0.1", "name": "eth0", "metric": "0",
@@ -545,7 +545,7 @@ mod tests {
     #[test]
     fn the_reference_annotation_parses_strings_as_values() {
         // the first interface is dhcp with an ip: roam refuses that combination
-        let e = err(SEED);
+        let e = err(EXAMPLE);
         assert!(
             matches!(
                 &e,
@@ -556,7 +556,7 @@ mod tests {
             ),
             "{e}"
         );
-        let fixed = SEED.replacen(
+        let fixed = EXAMPLE.replacen(
             "\"dhcp\": \"true\", \"mac\": \"00:00:00:8a:62:c4\", \"ip\": \"10.0.0.2\",",
             "\"dhcp\": \"true\", \"mac\": \"00:00:00:8a:62:c4\",",
             1,

@@ -21,8 +21,8 @@
 
 pub mod atom;
 mod client;
-mod error;
 mod connection;
+mod error;
 mod framing;
 mod monitor;
 pub mod nb;
@@ -34,6 +34,7 @@ pub mod vswitch;
 
 pub use atom::{Atom, Datum, NamedUuid, OvsMap, OvsSet, Uuid};
 pub use client::{Client, ClientOptions, Endpoint};
+pub use error::{Error, Result};
 pub use framing::Framer;
 pub use monitor::{
     Monitor, MonitorEvent, MonitorMethod, MonitorRequest, MonitorSelect, Row, RowUpdate,
@@ -41,5 +42,4 @@ pub use monitor::{
 };
 pub use reconnect::{ReconnectOptions, ReconnectingClient};
 pub use row::{TableRow, decode_row, decode_select, insert_op, row_json, select_all, select_where};
-pub use error::{Error, Result};
 pub use schema::DatabaseSchema;

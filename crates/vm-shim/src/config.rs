@@ -298,7 +298,7 @@ fn build(
             )));
         }
     }
-    roam_network::ovsdb::Endpoint::parse(&raw.ovs_db).map_err(|_| {
+    roam_ovsdb::Endpoint::parse(&raw.ovs_db).map_err(|_| {
         config_err(format!(
             "ovs_db {:?}: use unix:PATH or tcp:HOST:PORT",
             raw.ovs_db

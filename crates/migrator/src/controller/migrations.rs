@@ -42,8 +42,7 @@ use crate::core::vm::{Move, Placement, When, flipped_in_pause, moves, ports_on, 
 use crate::error::{Error, Result};
 use crate::migration::{Action, GuestAt, Job, Observed, Phase, PodState, RouteAt, step};
 
-/// The finalizer that lets a deleted migration abort first.
-pub const FINALIZER: &str = "roam.dev/migration";
+pub use roam_contract::keys::MIGRATION_FINALIZER as FINALIZER;
 
 /// This process's helpers of the reconcile: the background tasks running and the way they
 /// wake a migration's reconcile.

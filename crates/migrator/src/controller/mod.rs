@@ -30,19 +30,14 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
-use roam_network::ovsdb::ReconnectingClient;
+use roam_ovsdb::ReconnectingClient;
 use tokio::sync::{Notify, mpsc};
 
 use crate::api::Address;
 use index::{Index, Moved};
 use metrics::Metrics;
 
-/// The annotation on an Address naming the pod (`namespace/name`) that last claimed it.
-pub const POD_ANNOTATION: &str = "roam.dev/pod";
-/// The pod annotation saying why no address was published for it.
-pub const ERROR_ANNOTATION: &str = "roam.dev/error";
-/// The label on an Address naming its Network.
-pub const NETWORK_LABEL: &str = "roam.dev/network";
+pub use roam_contract::keys::{ERROR_ANNOTATION, NETWORK_LABEL, POD_ANNOTATION};
 
 /// What the controllers are told.
 #[derive(Clone, Debug)]

@@ -18,7 +18,8 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
-use roam_network::annotation::{ADDRESSES, addresses_annotation};
+use roam_contract::annotation::addresses_annotation;
+use roam_contract::keys::ADDRESSES;
 use serde_json::json;
 
 use super::{Context, ERROR_ANNOTATION, NETWORK_LABEL, POD_ANNOTATION, Tentative, ovn};

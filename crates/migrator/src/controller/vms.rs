@@ -36,10 +36,7 @@ use crate::core::vm::{
 };
 use crate::error::{Error, Result};
 
-/// The label that marks a VM's launcher pod (value `true`).
-pub const LAUNCHER_LABEL: &str = "roam.dev/launcher";
-/// The annotation on a migration's target launcher pod: the migration's name.
-pub const MIGRATION_ANNOTATION: &str = "roam.dev/migration";
+pub use roam_contract::keys::{LAUNCHER_LABEL, MIGRATION_ANNOTATION};
 /// The Secret key of a VM's shim token.
 const TOKEN_KEY: &str = "token";
 /// Where the launcher pod keeps its state.

@@ -231,8 +231,8 @@ mod tests {
         assert_eq!(
             kinds,
             [
-                "wait", "wait", "wait", "update", "mutate", "delete", "insert", "mutate",
-                "mutate", "select", "comment"
+                "wait", "wait", "wait", "update", "mutate", "delete", "insert", "mutate", "mutate",
+                "select", "comment"
             ]
         );
         assert_eq!(ops[3]["row"]["nexthop"], n[1].join_ip.to_string());

@@ -10,8 +10,8 @@ use roam_dhcp_opts::MacAddr;
 use serde_json::{Map, Value, json};
 
 use super::*;
-use roam_ovsdb::{TableRow, row_json};
 use crate::topology::{NodeSpec, OverlaySpec, PortSpec, plan_overlay};
+use roam_ovsdb::{TableRow, row_json};
 
 const NET: &str = "ovl";
 
