@@ -1,6 +1,6 @@
-//! The node's Open_vSwitch database adapter (roam-network's OVSDB client): the bridge ports
-//! of an attachment, created with their `external_ids` in one transaction and removed by
-//! name in one transaction.
+//! The node's Open_vSwitch database adapter (through roam-ovsdb): the bridge ports of an
+//! attachment, created with their `external_ids` in one transaction and removed by name in
+//! one transaction.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -408,7 +408,7 @@ async fn typed_round_trip_of_every_nb_row_type() {
                     "nat",
                     named_set(&["nat"]),
                 ),
-                ops::comment("roam-network test: typed round trip"),
+                ops::comment("roam-ovsdb test: typed round trip"),
             ],
         )
         .await
