@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
+use roam_contract::annotation::{Mode, PodAddress, addresses_annotation};
 use roam_e2e::{
     Lab, LabNetwork, NodeNetns, PortBuilder, invoke_cni, overlay_fixture, percentile,
     reconcile_on_lab, try_run, unscheduled_pod, wait_until,
 };
-use roam_network::annotation::{Mode, PodAddress, addresses_annotation};
 use roam_network::topology::{PortSpec, overlay_port_name, plan_overlay};
 use serde_json::json;
 

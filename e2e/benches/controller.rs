@@ -361,7 +361,7 @@ async fn bench(
                 AddressSpec {
                     network: RSS_NET.into(),
                     ip: ip.to_string(),
-                    mac: roam_network::pool::mac_for_ip(ip).to_string(),
+                    mac: roam_contract::mac_for_ip(ip).to_string(),
                     gateway: None,
                     owner: None,
                     host: Some(NODES[i % 2].into()),

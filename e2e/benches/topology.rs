@@ -16,10 +16,9 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use roam_e2e::{Lab, PortBuilder, percentile, run};
-use roam_network::ovsdb::Client;
-use roam_network::topology::{
-    NodeSpec, OverlaySpec, PortSpec, Topology, flip_route, plan_overlay, reconcile,
-};
+use roam_network::northbound::{flip_route, reconcile};
+use roam_network::topology::{NodeSpec, OverlaySpec, PortSpec, Topology, plan_overlay};
+use roam_ovsdb::Client;
 
 fn spec(name: &str, second_octet: u8) -> OverlaySpec {
     OverlaySpec {

@@ -104,7 +104,7 @@ pub fn unscheduled_pod(name: &str, addresses: Option<&str>) -> serde_json::Value
     let mut annotations = serde_json::Map::new();
     if let Some(a) = addresses {
         annotations.insert(
-            roam_network::annotation::ADDRESSES.into(),
+            roam_contract::keys::ADDRESSES.into(),
             serde_json::Value::String(a.into()),
         );
     }

@@ -96,10 +96,10 @@ pub fn reconcile_on_lab(
 ) -> roam_network::topology::ReconcileReport {
     let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
     rt.block_on(async {
-        let client = roam_network::ovsdb::Client::connect(lab.nb())
+        let client = roam_ovsdb::Client::connect(lab.nb())
             .await
             .expect("connect to the lab's NB");
-        roam_network::topology::reconcile(&client, network, topology)
+        roam_network::northbound::reconcile(&client, network, topology)
             .await
             .unwrap_or_else(|e| panic!("reconcile {network}: {e}"))
     })

@@ -15,11 +15,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use roam_cni::config::AttachmentKey;
+use roam_contract::annotation::{Mode, PodAddress, addresses_annotation};
 use roam_e2e::{
     CniOutput, Lab, LabNetwork, NodeNetns, PortBuilder, invoke_cni, node_try_run, overlay_fixture,
     reconcile_on_lab, try_run, unscheduled_pod, vsctl, wait_until,
 };
-use roam_network::annotation::{Mode, PodAddress, addresses_annotation};
 use roam_network::topology::{PortSpec, UnderlaySpec, plan_overlay, plan_underlay};
 use serde_json::{Value, json};
 
@@ -1082,7 +1082,7 @@ impl Drop for RoamAsNodeCni {
 fn node_pod(name: &str, node: &str, annotation: Option<&str>) -> Pod {
     let mut meta = json!({"name": name, "labels": {"roam.dev/e2e": "h6-cni"}});
     if let Some(a) = annotation {
-        meta["annotations"] = json!({roam_network::annotation::ADDRESSES: a});
+        meta["annotations"] = json!({roam_contract::keys::ADDRESSES: a});
     }
     serde_json::from_value(json!({
         "apiVersion": "v1",

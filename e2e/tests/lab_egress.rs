@@ -17,11 +17,11 @@ use roam_e2e::{
     BridgeMapping, Lab, LabNetwork, PortBuilder, TestNetns, capture, nbctl, overlay_fixture,
     ovn_trace, plug_netns, reconcile_on_lab, run, trace_outputs, try_run, vsctl, wait_until,
 };
-use roam_network::ovsdb::Client;
+use roam_network::northbound::read_actual;
 use roam_network::topology::{
     EgressSpec, OverlayExtras, PlanError, PortSpec, egress_router_name, plan_overlay_with,
-    read_actual,
 };
+use roam_ovsdb::Client;
 
 const NET: &str = "h4snat";
 const OCTET: u8 = 120;

@@ -12,10 +12,9 @@ use roam_e2e::{
     plug_netns, reconcile_on_lab, trace_outputs, wait_until,
 };
 use roam_network::Error;
-use roam_network::ovsdb::Client;
-use roam_network::topology::{
-    Flip, PortSpec, flip_route, flip_route_marked, plan_overlay, wait_for_chassis,
-};
+use roam_network::northbound::{flip_route, flip_route_marked, wait_for_chassis};
+use roam_network::topology::{Flip, PortSpec, plan_overlay};
+use roam_ovsdb::Client;
 
 const NET: &str = "e2e-flip";
 const OCTET: u8 = 103;

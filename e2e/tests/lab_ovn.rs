@@ -4,8 +4,8 @@
 //! roam's /32 lease.
 
 use roam_e2e::{Lab, nbctl, run};
-use roam_network::Error;
-use roam_network::ovsdb::{Client, ops};
+use roam_ovsdb::Error;
+use roam_ovsdb::{Client, ops};
 use serde_json::json;
 
 #[tokio::test]

@@ -13,18 +13,19 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use roam_contract::keys::OWNER_KEY;
 use roam_dhcp_opts::MacAddr;
 use roam_e2e::{
     Lab, Node, PortBuilder, TestNetns, icmp_microflow, nbctl, ovn_trace, plug_netns, trace_outputs,
     try_run, vsctl, wait_until,
 };
 use roam_network::Error;
-use roam_network::ovsdb::{Client, Uuid, ops};
+use roam_network::northbound::{apply, read_actual, reconcile};
 use roam_network::topology::{
-    ActualState, NodeSpec, OWNER_KEY, OverlaySpec, PlanError, PortSpec, QosRule, ReconcileReport,
-    SwitchPort, SwitchPortKind, TableCounts, Topology, apply, check, diff, plan_overlay,
-    read_actual, reconcile,
+    ActualState, NodeSpec, OverlaySpec, PlanError, PortSpec, QosRule, ReconcileReport, SwitchPort,
+    SwitchPortKind, TableCounts, Topology, check, diff, plan_overlay,
 };
+use roam_ovsdb::{self as ovsdb, Client, Uuid, ops};
 use serde_json::{Value, json};
 
 const NET: &str = "e2e-topo";
@@ -603,7 +604,10 @@ fn bad_input_leaves_the_nb_database_unchanged() {
         });
     let err = env.reconcile(&bad).expect_err("DSCP 99 is invalid");
     println!("schema check: {err}");
-    assert!(matches!(err, Error::InvalidValue { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Ovsdb(ovsdb::Error::InvalidValue { .. })),
+        "{err}"
+    );
     assert_eq!(env.dump(), before);
 
     // a transaction the server rejects: a foreign port already has the name of a new one
@@ -616,7 +620,10 @@ fn bad_input_leaves_the_nb_database_unchanged() {
     );
     let err = env.reconcile(&t3).expect_err("the name is taken");
     println!("server rejection: {err}");
-    assert!(matches!(err, Error::Transaction { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Ovsdb(ovsdb::Error::Transaction { .. })),
+        "{err}"
+    );
     assert_eq!(env.dump(), before);
     env.nbctl(&["ls-del", FOREIGN_LS]);
 
@@ -657,7 +664,10 @@ fn bad_input_leaves_the_nb_database_unchanged() {
         ))
         .expect_err("a dangling strong reference");
     println!("crafted transaction: {err}");
-    assert!(matches!(err, Error::Transaction { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Ovsdb(ovsdb::Error::Transaction { .. })),
+        "{err}"
+    );
     assert_eq!(env.dump(), before);
     assert_eq!(
         nexthops(&env, "100.100.1.12/32"),

@@ -12,15 +12,14 @@
 
 use std::time::Duration;
 
+use roam_contract::keys::OWNER_KEY;
 use roam_e2e::{
     Lab, PortBuilder, TestNetns, VlanTor, attach_netns, capture, nbctl, ovn_trace, run,
     trace_outputs, try_run, vsctl, wait_until,
 };
-use roam_network::ovsdb::Client;
-use roam_network::topology::{
-    OWNER_KEY, PlanError, PortSpec, Topology, UnderlaySpec, check, plan_underlay, read_actual,
-    reconcile,
-};
+use roam_network::northbound::{read_actual, reconcile};
+use roam_network::topology::{PlanError, PortSpec, Topology, UnderlaySpec, check, plan_underlay};
+use roam_ovsdb::Client;
 
 const NET: &str = "e2e-vlan";
 const VLAN: u16 = 116;

@@ -186,7 +186,7 @@ pub fn parse_conf(command: Command, stdin: &[u8]) -> Result<NetConf> {
         ));
     }
     let ovs_db = string("ovsDb")?.unwrap_or_else(|| DEFAULT_OVS_DB.into());
-    if roam_network::ovsdb::Endpoint::parse(&ovs_db).is_err() {
+    if roam_ovsdb::Endpoint::parse(&ovs_db).is_err() {
         return Err(bad(
             "ovsDb",
             format!("{ovs_db:?} is not unix:PATH or tcp:HOST:PORT"),

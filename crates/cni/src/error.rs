@@ -108,7 +108,7 @@ pub enum Error {
         pod: String,
         /// What is wrong with it.
         #[source]
-        source: Box<roam_network::annotation::AnnotationError>,
+        source: Box<roam_contract::annotation::AnnotationError>,
     },
     /// The runtime's CNI_IFNAME is not one of the pod's interfaces.
     #[error(

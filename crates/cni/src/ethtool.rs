@@ -2,7 +2,7 @@
 //! kernel's ethtool generic-netlink family (`ETHTOOL_MSG_FEATURES_SET`, Linux ≥ 5.6) — what
 //! `ethtool -K eth0 tx off gso off tso off` does, without the tool and without an ioctl.
 //!
-//! Why: OVS's userspace datapath (`datapath_type=netdev`, the lab's) reads a veth through a
+//! Why: OVS's userspace datapath (`datapath_type=netdev`) reads a veth through a
 //! packet socket and gets the pod's packets as the kernel handed them to the veth: with a
 //! partial checksum and, for TCP, as one large GSO frame. ICMP passes, TCP stalls. With the
 //! offloads off, the pod's kernel sends finished, MTU-sized frames. The kernel datapath needs

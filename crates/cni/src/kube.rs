@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use roam_network::annotation::ADDRESSES;
+use roam_contract::keys::ADDRESSES;
 
 use crate::error::{Error, Result};
 

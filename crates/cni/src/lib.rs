@@ -1,10 +1,10 @@
 //! roam-cni: the CNI plugin (spec 1.1) that plumbs the addresses roam-controller published
-//! on a pod (`roam.dev/addresses`, see [`roam_network::annotation`]).
+//! on a pod (`roam.dev/addresses`, see [`roam_contract::annotation`]).
 //!
 //! Pure core (no I/O, unit-tested): [`config`] (stdin and environment), [`plan`] (what to
 //! plumb per interface, host-side names), [`result`] (the CNI result and `prevResult`),
 //! [`check`] (CHECK's comparison). I/O adapters, thin: [`kube`] (the pod's annotation),
-//! [`ovs`] (the node's Open_vSwitch database, through roam-network's OVSDB client),
+//! [`ovs`] (the node's Open_vSwitch database, through roam-ovsdb),
 //! [`netlink`] (rtnetlink in the host's and the pod's namespaces — never the `ip` command).
 //! [`run`] wires them per command.
 //!
@@ -126,7 +126,7 @@ async fn add(env: &CniEnv, conf: &NetConf) -> Result<Value> {
         conf.annotation_timeout,
     )
     .await?;
-    let addresses = roam_network::annotation::parse_addresses(&json).map_err(|source| {
+    let addresses = roam_contract::annotation::parse_addresses(&json).map_err(|source| {
         Error::BadAnnotation {
             namespace: namespace.clone(),
             pod: pod.clone(),

@@ -10,7 +10,7 @@ use std::os::fd::AsRawFd;
 
 use futures::TryStreamExt;
 use nix::sched::{CloneFlags, setns};
-use roam_network::annotation::PodRoute;
+use roam_contract::annotation::PodRoute;
 use rtnetlink::packet_route::AddressFamily;
 use rtnetlink::packet_route::address::AddressAttribute;
 use rtnetlink::packet_route::link::{InfoData, InfoVeth, LinkAttribute, LinkFlags, LinkMessage};

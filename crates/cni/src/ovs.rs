@@ -1,12 +1,12 @@
-//! The node's Open_vSwitch database adapter (roam-network's OVSDB client): the bridge ports
-//! of an attachment, created with their `external_ids` in one transaction and removed by
-//! name in one transaction.
+//! The node's Open_vSwitch database adapter (through roam-ovsdb): the bridge ports of an
+//! attachment, created with their `external_ids` in one transaction and removed by name in
+//! one transaction.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use roam_network::ovsdb::vswitch::{Bridge, DATABASE, Interface, Port};
-use roam_network::ovsdb::{Client, ClientOptions, TableRow, ops, select_where};
+use roam_ovsdb::vswitch::{Bridge, DATABASE, Interface, Port};
+use roam_ovsdb::{Client, ClientOptions, TableRow, ops, select_where};
 use serde_json::{Value, json};
 
 use crate::check::ObservedPort;
@@ -31,7 +31,7 @@ pub struct Ovs {
     bridge: String,
 }
 
-fn ovs_err(what: &str) -> impl FnOnce(roam_network::Error) -> Error + '_ {
+fn ovs_err(what: &str) -> impl FnOnce(roam_ovsdb::Error) -> Error + '_ {
     move |e| Error::Ovsdb(format!("{what}: {e}"))
 }
 

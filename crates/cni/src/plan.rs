@@ -12,25 +12,17 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use roam_network::annotation::{Mode, PodAddress, PodRoute};
+use roam_contract::annotation::{Mode, PodAddress, PodRoute};
 
 use crate::config::AttachmentKey;
 use crate::error::{Error, Result};
 
 /// `external_ids` keys roam-cni sets on the OVS `Interface` it creates.
 pub mod ids {
-    /// OVN binds the logical switch port with this name.
-    pub const IFACE_ID: &str = "iface-id";
-    /// The MAC of the pod's interface (the convention OVN's CMSes use).
-    pub const ATTACHED_MAC: &str = "attached-mac";
-    /// The CNI network name of the attachment.
-    pub const NETWORK: &str = "roam.dev/cni-network";
-    /// CNI_CONTAINERID of the attachment.
-    pub const CONTAINER: &str = "roam.dev/cni-container";
-    /// CNI_IFNAME of the attachment.
-    pub const IFNAME: &str = "roam.dev/cni-ifname";
-    /// The interface's name inside the pod.
-    pub const POD_IFNAME: &str = "roam.dev/pod-ifname";
+    pub use roam_contract::keys::{
+        ATTACHED_MAC, CNI_CONTAINER as CONTAINER, CNI_IFNAME as IFNAME, CNI_NETWORK as NETWORK,
+        IFACE_ID, POD_IFNAME,
+    };
 }
 
 /// Prefix of every host-side veth roam-cni creates.
@@ -105,7 +97,7 @@ pub fn plan(
         return Err(Error::BadAnnotation {
             namespace: pod.0.into(),
             pod: pod.1.into(),
-            source: Box::new(roam_network::annotation::AnnotationError::InvalidField {
+            source: Box::new(roam_contract::annotation::AnnotationError::InvalidField {
                 interface: key.ifname.clone(),
                 field: "(list)",
                 value: addresses.len().to_string(),

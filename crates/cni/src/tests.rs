@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::path::Path;
 
-use roam_network::annotation::{Mode, PodAddress};
+use roam_contract::annotation::{Mode, PodAddress};
 use serde_json::{Value, json};
 
 use crate::check::{Observed, ObservedAddr, ObservedLink, ObservedPort, ObservedRoute, compare};
@@ -345,7 +345,7 @@ fn config_errors_carry_the_specs_codes() {
 
 #[test]
 fn every_error_has_its_code() {
-    use roam_network::annotation::AnnotationError;
+    use roam_contract::annotation::AnnotationError;
     let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
     let cases: Vec<(Error, u32)> = vec![
         (Error::Stdin(io()), code::IO_FAILURE),
@@ -904,7 +904,7 @@ mod properties {
     use std::path::Path;
 
     use proptest::prelude::*;
-    use roam_network::annotation::{Mode, PodAddress};
+    use roam_contract::annotation::{Mode, PodAddress};
 
     use crate::check::{
         Observed, ObservedAddr, ObservedLink, ObservedPort, ObservedRoute, compare,

@@ -3,8 +3,7 @@
 use crate::api::{MigrateTo, VirtualMachineMigrationStatus, parse_migrate_to};
 use crate::core::migration::Phase;
 
-/// The label the migration controller puts on a VirtualMachineMigration: its VM's name.
-pub const VM_LABEL: &str = "roam.dev/vm";
+pub use roam_contract::keys::VM_LABEL;
 
 /// A parsed `kubectl roam` command line.
 #[derive(Clone, Debug, PartialEq, Eq)]

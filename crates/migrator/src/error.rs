@@ -2,7 +2,7 @@
 
 use std::net::Ipv4Addr;
 
-use roam_network::annotation::AnnotationError;
+use roam_contract::annotation::AnnotationError;
 use roam_network::topology::PlanError;
 
 /// Result with [`Error`] as the default error.
@@ -161,6 +161,13 @@ pub enum Error {
     /// lock on an IP): decide again on fresh data.
     #[error("conflict on {0}: another writer was first; retrying on fresh data")]
     Conflict(String),
+}
+
+/// A failure of the northbound client itself (connecting, a request) is an OVN failure.
+impl From<roam_ovsdb::Error> for Error {
+    fn from(e: roam_ovsdb::Error) -> Self {
+        Error::Ovn(e.into())
+    }
 }
 
 impl Error {

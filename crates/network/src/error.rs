@@ -1,102 +1,14 @@
 //! The one error type of `roam-network`.
 
-use std::io;
-
 /// Result with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What went wrong talking to OVN or OVS.
+/// What went wrong planning or applying roam's OVN state.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The endpoint string is not `unix:PATH` or `tcp:HOST:PORT`.
-    #[error("invalid OVSDB endpoint {0:?}: expected unix:PATH or tcp:HOST:PORT")]
-    InvalidEndpoint(String),
-    /// Connecting to the database server failed.
-    #[error(
-        "cannot connect to OVSDB at {endpoint}: {source} (is ovsdb-server running and the socket path right?)"
-    )]
-    Connect {
-        /// The endpoint we tried.
-        endpoint: String,
-        /// The underlying error.
-        source: io::Error,
-    },
-    /// Reading or writing the connection failed.
-    #[error("OVSDB connection I/O error: {0}")]
-    Io(#[from] io::Error),
-    /// The server sent something that is not valid RFC 7047 JSON-RPC.
-    #[error("malformed OVSDB message: {0}")]
-    Protocol(String),
-    /// The server answered a request with a JSON-RPC error.
-    #[error("OVSDB {method} failed: {error}")]
-    Rpc {
-        /// The request's method.
-        method: String,
-        /// The server's `error` member.
-        error: serde_json::Value,
-    },
-    /// One operation of a transaction failed, so the server applied none of them.
-    #[error("OVSDB transaction aborted at operation {index} ({op}): {error}{}", details.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
-    Transaction {
-        /// Index of the failing operation in the transaction.
-        index: usize,
-        /// The `op` of the failing operation.
-        op: String,
-        /// The error tag, e.g. `constraint violation`.
-        error: String,
-        /// The server's details, if any.
-        details: Option<String>,
-    },
-    /// The connection closed before the answer arrived. For a `transact` the outcome is
-    /// UNKNOWN: the server may or may not have committed it, so re-read the database before
-    /// deciding whether to send it again (never retry it blindly).
-    #[error(
-        "OVSDB connection closed before the reply to {0} arrived (a transaction's outcome is unknown: re-read the database before retrying)"
-    )]
-    Disconnected(String),
-    /// A [`ReconnectingClient`](crate::ovsdb::ReconnectingClient) has no connection right
-    /// now; it keeps reconnecting in the background.
-    #[error(
-        "not connected to OVSDB at {endpoint} ({reason}); reconnecting in the background, retry later or wait_connected()"
-    )]
-    NotConnected {
-        /// The endpoint being reconnected to.
-        endpoint: String,
-        /// Why the last connection attempt failed or the last connection closed.
-        reason: String,
-    },
-    /// The schema has no such table: the request was not sent.
-    #[error(
-        "database {db} has no table {table:?} (names are case-sensitive; check the table name against the server's schema)"
-    )]
-    UnknownTable {
-        /// The database.
-        db: String,
-        /// The table named by the request.
-        table: String,
-    },
-    /// The table has no such column: the request was not sent.
-    #[error(
-        "table {table} of database {db} has no column {column:?} (check the column name; the server's schema version may differ from the one roam was written for)"
-    )]
-    UnknownColumn {
-        /// The database.
-        db: String,
-        /// The table.
-        table: String,
-        /// The column named by the request.
-        column: String,
-    },
-    /// A value does not fit its column's type in the schema: the request was not sent.
-    #[error("invalid value for column {table}.{column}: {reason}")]
-    InvalidValue {
-        /// The table.
-        table: String,
-        /// The column.
-        column: String,
-        /// What is wrong with the value.
-        reason: String,
-    },
+    /// Talking to the northbound database failed.
+    #[error(transparent)]
+    Ovsdb(#[from] roam_ovsdb::Error),
     /// A desired topology OVN cannot realize (two logical ports with one name, a router
     /// port reference to no router port, ...): nothing was sent.
     #[error("network {network}: the planned topology cannot be applied: {reason}")]
@@ -106,21 +18,6 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
-    /// Data from the server does not decode into the requested Rust type (a row type that
-    /// does not match the server's schema, or a malformed database value).
-    #[error("cannot decode {what}: {reason}")]
-    Decode {
-        /// What was being decoded, e.g. `Logical_Switch row 0a1b...`.
-        what: String,
-        /// The decoder's complaint.
-        reason: String,
-    },
-    /// The server cancelled a monitor by itself (e.g. its database was removed).
-    #[error("OVSDB server cancelled monitor {0}; create a new monitor to keep watching")]
-    MonitorCanceled(String),
-    /// The request needs a protocol feature the server does not offer.
-    #[error("unsupported by this OVSDB server: {0}")]
-    Unsupported(String),
     /// The chassis did not all report a northbound change within the deadline.
     #[error(
         "the chassis did not all apply northbound change {nb_cfg} within {waited_ms} ms (NB_Global hv_cfg is {hv_cfg}): a chassis is down or slow, or ovn-northd does not run"
@@ -132,13 +29,5 @@ pub enum Error {
         hv_cfg: i64,
         /// How long it waited.
         waited_ms: u64,
-    },
-    /// No answer within the deadline.
-    #[error("OVSDB {method} got no reply within {secs} s")]
-    Timeout {
-        /// The request's method.
-        method: String,
-        /// The deadline in seconds.
-        secs: u64,
     },
 }

@@ -6,7 +6,8 @@
 //! or a second `prepare` finds what is there and leaves it.
 
 use futures::TryStreamExt;
-use roam_network::ovsdb::{self, Client, ops};
+use roam_contract::keys::IFACE_ID;
+use roam_ovsdb::{self as ovsdb, Client, ops};
 use serde_json::json;
 
 use crate::{Error, Result, sys};
@@ -97,7 +98,7 @@ pub async fn ensure_ovs_port(db: &str, bridge: &str, port: &str, iface_id: &str)
             .await
             .map_err(|e| Error::plumbing(what(), e))?;
     let ops = if let Some(iface) = ifaces.first() {
-        if iface.external_ids.0.get("iface-id").map(String::as_str) == Some(iface_id) {
+        if iface.external_ids.0.get(IFACE_ID).map(String::as_str) == Some(iface_id) {
             return Ok(());
         }
         vec![
@@ -107,7 +108,7 @@ pub async fn ensure_ovs_port(db: &str, bridge: &str, port: &str, iface_id: &str)
                 vec![ops::mutation(
                     "external_ids",
                     "delete",
-                    json!(["set", ["iface-id"]]),
+                    json!(["set", [IFACE_ID]]),
                 )],
             ),
             ops::mutate(
@@ -116,7 +117,7 @@ pub async fn ensure_ovs_port(db: &str, bridge: &str, port: &str, iface_id: &str)
                 vec![ops::mutation(
                     "external_ids",
                     "insert",
-                    ops::string_map([("iface-id", iface_id)]),
+                    ops::string_map([(IFACE_ID, iface_id)]),
                 )],
             ),
         ]
@@ -125,7 +126,7 @@ pub async fn ensure_ovs_port(db: &str, bridge: &str, port: &str, iface_id: &str)
             // the bridge must exist: the mutate below then changes exactly one row
             ops::insert(
                 "Interface",
-                json!({"name": port, "external_ids": ops::string_map([("iface-id", iface_id)])}),
+                json!({"name": port, "external_ids": ops::string_map([(IFACE_ID, iface_id)])}),
                 Some("iface"),
             ),
             ops::insert(

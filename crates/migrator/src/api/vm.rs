@@ -6,8 +6,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The annotation that asks for a migration: a node name, or `auto`.
-pub const MIGRATE_TO: &str = "roam.dev/migrate-to";
+pub use roam_contract::keys::MIGRATE_TO;
 /// The value of [`MIGRATE_TO`] that lets the controller pick the target node.
 pub const MIGRATE_TO_AUTO: &str = "auto";
 
@@ -74,7 +73,7 @@ fn qcow2() -> String {
 }
 
 /// One interface of a VM: the fields of the seed's per-interface annotation
-/// (`roam_network::annotation::InterfaceRequest`), typed.
+/// (`roam_contract::annotation::InterfaceRequest`), typed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VmInterface {

@@ -16,7 +16,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use kube::Client;
 use kube::client::Body;
-use roam_network::ovsdb::ReconnectingClient;
+use roam_ovsdb::ReconnectingClient;
 use roam_shim_api::api::{DomainState, Job, JobState, JobStats, MigrateRequest, Status, path};
 use roam_shim_api::events::{Event as ShimEvent, Lifecycle};
 use serde_json::{Value, json};

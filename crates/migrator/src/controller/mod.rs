@@ -33,7 +33,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Resource, ResourceExt};
-use roam_network::ovsdb::ReconnectingClient;
+use roam_ovsdb::ReconnectingClient;
 use tokio::sync::{Notify, mpsc};
 
 use crate::api::Address;
@@ -41,12 +41,7 @@ use index::{Index, Moved};
 use metrics::Metrics;
 pub(crate) use ovn::Tentative;
 
-/// The annotation on an Address naming the pod (`namespace/name`) that last claimed it.
-pub const POD_ANNOTATION: &str = "roam.dev/pod";
-/// The pod annotation saying why no address was published for it.
-pub const ERROR_ANNOTATION: &str = "roam.dev/error";
-/// The label on an Address naming its Network.
-pub const NETWORK_LABEL: &str = "roam.dev/network";
+pub use roam_contract::keys::{ERROR_ANNOTATION, NETWORK_LABEL, POD_ANNOTATION};
 
 /// What the controllers are told.
 #[derive(Clone, Debug)]

@@ -15,9 +15,9 @@ use std::time::Duration;
 use std::collections::BTreeMap;
 
 use kube::ResourceExt;
+use roam_network::northbound::{apply, flip_route, flip_route_marked, read_actual, reconcile};
 use roam_network::topology::{
-    ActualState, Flip, NodeSpec, PortSpec, Topology, apply, check, diff, flip_route,
-    flip_route_marked, plan_overlay, plan_underlay, read_actual, reconcile,
+    ActualState, Flip, NodeSpec, PortSpec, Topology, check, diff, plan_overlay, plan_underlay,
 };
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -152,10 +152,13 @@ pub(super) async fn wait(ctx: &Arc<Context>, network: &str, ticket: u64) -> Resu
     drop(s);
     match tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|v| *v >= ticket)).await {
         Ok(Ok(_)) => Ok(()),
-        _ => Err(Error::Ovn(roam_network::Error::Timeout {
-            method: format!("reconcile of network {network}"),
-            secs: 30,
-        })),
+        _ => Err(Error::Ovn(
+            roam_ovsdb::Error::Timeout {
+                method: format!("reconcile of network {network}"),
+                secs: 30,
+            }
+            .into(),
+        )),
     }
 }
 
@@ -318,7 +321,7 @@ async fn sync(ctx: &Arc<Context>, network: &str, known: &mut Option<Known>) -> R
                 // the parents exist (with the UUIDs we know), no child row is in `parents`:
                 // the diff inserts the new children and adds them to their parents, nothing else
                 let mut ops = diff(&k.parents, &subset, network);
-                ops.push(roam_network::ovsdb::ops::comment(&format!(
+                ops.push(roam_ovsdb::ops::comment(&format!(
                     "roam: {} new ports in network {network}",
                     new.len()
                 )));
@@ -340,7 +343,7 @@ async fn sync(ctx: &Arc<Context>, network: &str, known: &mut Option<Known>) -> R
         op["op"] == "insert" && (op["table"] == "Logical_Switch" || op["table"] == "Logical_Router")
     });
     if !ops.is_empty() {
-        ops.push(roam_network::ovsdb::ops::comment(&format!(
+        ops.push(roam_ovsdb::ops::comment(&format!(
             "roam: reconcile network {network}"
         )));
         let report = apply(&client, ops).await?;
@@ -478,7 +481,7 @@ pub(super) async fn wait_for_chassis(
     nb_cfg: i64,
     timeout: Duration,
 ) -> Result<Duration> {
-    Ok(roam_network::topology::wait_for_chassis(&ctx.nb.client()?, nb_cfg, timeout).await?)
+    Ok(roam_network::northbound::wait_for_chassis(&ctx.nb.client()?, nb_cfg, timeout).await?)
 }
 
 /// Ask for a reconcile of `network` that re-reads its rows first (something wrote them

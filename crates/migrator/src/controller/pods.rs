@@ -19,7 +19,8 @@ use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::reflector::Store;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
-use roam_network::annotation::{ADDRESSES, addresses_annotation};
+use roam_contract::annotation::addresses_annotation;
+use roam_contract::keys::ADDRESSES;
 use serde_json::json;
 
 use super::retry::{Retry, object_key};

@@ -7,20 +7,17 @@ use std::net::Ipv4Addr;
 use std::str::FromStr;
 use std::time::SystemTime;
 
+use roam_contract::annotation::{InterfaceRequest, Mode, PodAddress, parse_interfaces};
+use roam_contract::keys::INTERFACES;
+use roam_contract::mac_for_ip;
 use roam_dhcp_opts::MacAddr;
-use roam_network::annotation::{INTERFACES, InterfaceRequest, Mode, PodAddress, parse_interfaces};
-use roam_network::pool::mac_for_ip;
 use roam_network::topology::{overlay_port_name, vlan_port_name};
 
 use super::network::NetworkPlan;
 use crate::api::{Address, AddressSpec, AddressVlan, NetworkMode, address_name};
 use crate::error::{Error, Result};
 
-/// The label (or annotation) of a VM launcher pod naming its VirtualMachine, `namespace/name`.
-pub const VM_LABEL: &str = "roam.dev/vm";
-/// The annotation on an Address listing (comma-separated) the nodes where its port exists
-/// too, besides its `host`: a live migration's target before switchover, its source after.
-pub const ALSO_ON: &str = "roam.dev/also-on";
+pub use roam_contract::keys::{ALSO_ON, VM_LABEL};
 
 /// The nodes of an Address's [`ALSO_ON`] annotation (without its host, sorted, no repeats).
 pub fn also_on(a: &Address) -> Vec<String> {
@@ -245,7 +242,7 @@ pub fn decide(
         }
         if let Some(mask) = r.request.interface.mask
             && net.mode == NetworkMode::Underlay
-            && roam_network::annotation::prefix_of_mask(iface, mask).ok()
+            && roam_contract::annotation::prefix_of_mask(iface, mask).ok()
                 != Some(net.subnet().prefix_len())
         {
             return Err(Error::StaticIpOutsideSubnet {
@@ -390,7 +387,7 @@ pub fn pod_addresses(
     node: &str,
     resolved: &[Resolved<'_>],
     held: &[&Address],
-) -> Result<Vec<PodAddress>, roam_network::annotation::AnnotationError> {
+) -> Result<Vec<PodAddress>, roam_contract::annotation::AnnotationError> {
     let mut out = Vec::new();
     for r in resolved {
         let Some(a) = held.iter().find(|a| {
@@ -418,8 +415,8 @@ pub fn pod_addresses(
             service_class: a.spec.service_class.clone(),
         });
     }
-    let json = roam_network::annotation::addresses_annotation(&out)?;
-    roam_network::annotation::parse_addresses(&json)
+    let json = roam_contract::annotation::addresses_annotation(&out)?;
+    roam_contract::annotation::parse_addresses(&json)
 }
 
 /// The OVN ports a Network should have: one per live Address whose host is a known node.
@@ -448,7 +445,7 @@ pub fn desired_ports<'a>(
             .spec
             .service_class
             .as_deref()
-            .map(roam_network::qos::Marking::from_str)
+            .map(roam_contract::qos::Marking::from_str)
         {
             None => None,
             Some(Ok(m)) => Some(m),

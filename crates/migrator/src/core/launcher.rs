@@ -20,10 +20,7 @@ use crate::core::claim::VM_LABEL;
 use crate::core::vm::VmNic;
 use crate::error::{Error, Result};
 
-/// The label that marks a VM's launcher pod (value `true`).
-pub const LAUNCHER_LABEL: &str = "roam.dev/launcher";
-/// The annotation on a migration's target launcher pod: the migration's name.
-pub const MIGRATION_ANNOTATION: &str = "roam.dev/migration";
+pub use roam_contract::keys::{LAUNCHER_LABEL, MIGRATION_ANNOTATION};
 /// Where the launcher pod keeps its state.
 const STATE_DIR: &str = "/var/lib/roam-shim";
 

@@ -5,10 +5,11 @@ use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+use roam_contract::mac_for_ip;
 use roam_dhcp_opts::Ipv4Net;
-use roam_network::pool::{AddressRange, mac_for_ip};
 use roam_network::topology::{NodeSpec, OverlaySpec, UnderlaySpec};
 
+use super::pool::AddressRange;
 use crate::api::{NetworkMode, NetworkSpec, TransitAddress};
 use crate::error::{Error, Result};
 

@@ -8,12 +8,15 @@ use std::net::Ipv4Addr;
 use std::str::FromStr;
 use std::time::SystemTime;
 
+use roam_contract::mac_for_ip;
 use roam_dhcp_opts::MacAddr;
-use roam_network::pool::{PoolAddress, mac_for_ip, reclaimable, refill};
 
 use super::claim::deletion_time;
 use super::network::NetworkPlan;
 use crate::api::Address;
+
+mod model;
+pub use model::{AddressRange, Choice, PoolAddress, choose, reclaimable, refill};
 
 /// An Address as the pool sees it (`None` when its IP or MAC does not parse).
 pub fn pool_view(a: &Address) -> Option<PoolAddress> {

@@ -7,7 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use roam_network::annotation::{INTERFACES, InterfaceRequest, parse_interfaces};
+use roam_contract::annotation::{InterfaceRequest, parse_interfaces};
+use roam_contract::keys::INTERFACES;
 use serde_json::json;
 
 use super::claim::{Resolved, held_by, ovn_port, resolve};

@@ -1,5 +1,5 @@
-//! Egress of an overlay to a VLAN: a per-VLAN gateway router with SNAT (seed 000's
-//! `rt-vlan116-…` with its `nat` row and default route to the VLAN's gateway).
+//! Egress of an overlay to a VLAN: a per-VLAN gateway router with SNAT (a `nat` row and a
+//! default route to the VLAN's gateway).
 //!
 //! ```text
 //!   node routers ── 0/0 ─▶ ls <net>-join ── lr <net>-fabric ── 0/0 ─▶ lr <net>-vlan<tag>-rtr
@@ -280,7 +280,7 @@ mod tests {
     }
 
     #[test]
-    fn the_seed_000_shape_snat_to_the_routers_vlan_address() {
+    fn the_subnet_is_snatted_to_the_routers_vlan_address() {
         let t = plan(egress()).unwrap();
         let lr = &t.routers["ovl-vlan300-rtr"];
         assert_eq!(lr.options["chassis"], "node-1");

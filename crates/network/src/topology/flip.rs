@@ -1,33 +1,47 @@
-//! The fast route flip: move one address's /32 from node X to node Y in one small
-//! transaction, without re-reading the network (the full [`reconcile`](super::reconcile) reads
-//! every row the network owns, hundreds of milliseconds at a thousand addresses — too slow for
-//! a switchover inside a VM's pause window).
+//! The fast route flip's pure half: move one address's /32 from node X to node Y in one small
+//! transaction, without re-reading the network (a full reconcile reads every row the network
+//! owns, too slow for a switchover inside a VM's pause window).
 //!
 //! It changes exactly what the plan says a flip changes: the fabric route's next hop (X's
 //! transit address → Y's), X's local route out, Y's local route in. A `wait` on the fabric
 //! route makes the transaction fail, changing nothing, if someone else moved the address in
 //! between. A reconcile of the plan with the address on Y afterwards has nothing to do.
+//! [`crate::northbound::flip_route`] reads the routes ([`flip_select`]) and sends
+//! [`flip_ops`]'s transaction.
 
 use std::net::Ipv4Addr;
-use std::time::{Duration, Instant};
 
+use roam_contract::keys::OWNER_KEY;
+use roam_ovsdb::ops;
 use serde_json::{Value, json};
 
 use super::overlay::{NodeSpec, gateway_port_name, node_router_name};
-use super::reconcile::OWNER_KEY;
-use crate::ovsdb::{Client, ops};
 use crate::{Error, Result};
 
 const ROUTES: &str = "Logical_Router_Static_Route";
-const DB: &str = "OVN_Northbound";
 
-/// What [`flip_route`] did.
+/// What a route flip did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flip {
     /// The routes moved.
     Moved,
     /// The address already lived on the target: nothing was sent.
     AlreadyThere,
+}
+
+/// The transaction a route flip sends, from [`flip_ops`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum FlipPlan {
+    /// The address already lives on the target: send nothing.
+    AlreadyThere,
+    /// Send `ops`; when the flip bumps `NB_Global:nb_cfg`, `nb_cfg_at` is the index of the
+    /// operation whose result holds the new value.
+    Send {
+        /// The transaction.
+        ops: Vec<Value>,
+        /// Index of the `select` of `NB_Global:nb_cfg`, when marked.
+        nb_cfg_at: Option<usize>,
+    },
 }
 
 fn owned(network: &str) -> Value {
@@ -47,54 +61,36 @@ fn output_port(row: &Value) -> Option<&str> {
     row.get("output_port").and_then(Value::as_str)
 }
 
-/// Move `ip`'s /32 in overlay `network` from `from` to `to`.
-pub async fn flip_route(
-    client: &Client,
-    network: &str,
-    ip: Ipv4Addr,
-    from: &NodeSpec,
-    to: &NodeSpec,
-) -> Result<Flip> {
-    Ok(flip(client, network, ip, from, to, false).await?.0)
+/// The `select` of the owned routes for `ip`'s /32 in `network`: its result's `rows` are
+/// what [`flip_ops`] decides from.
+pub fn flip_select(network: &str, ip: Ipv4Addr) -> Value {
+    ops::select(
+        ROUTES,
+        vec![
+            ops::cond("ip_prefix", "==", json!(format!("{ip}/32"))),
+            owned(network),
+        ],
+        Some(&["_uuid", "nexthop", "output_port"]),
+    )
 }
 
-/// [`flip_route`], and the same transaction bumps `NB_Global:nb_cfg` (the mechanism of
-/// `ovn-nbctl --wait=hv`): the number it returns (none when nothing moved) is the one
-/// [`wait_for_chassis`] waits for, to tell when every chassis has the flip in its data plane.
-pub async fn flip_route_marked(
-    client: &Client,
-    network: &str,
-    ip: Ipv4Addr,
-    from: &NodeSpec,
-    to: &NodeSpec,
-) -> Result<(Flip, Option<i64>)> {
-    flip(client, network, ip, from, to, true).await
-}
-
-async fn flip(
-    client: &Client,
+/// The transaction that moves `ip`'s /32 in overlay `network` from `from` to `to`, given the
+/// routes [`flip_select`] found; `mark` also bumps `NB_Global:nb_cfg` (the mechanism of
+/// `ovn-nbctl --wait=hv`). [`Error::InvalidTopology`] when the routes are not where the plan
+/// puts them on `from`.
+pub fn flip_ops(
     network: &str,
     ip: Ipv4Addr,
     from: &NodeSpec,
     to: &NodeSpec,
     mark: bool,
-) -> Result<(Flip, Option<i64>)> {
+    rows: &[Value],
+) -> Result<FlipPlan> {
     let prefix = format!("{ip}/32");
     let invalid = |reason: String| Error::InvalidTopology {
         network: network.to_string(),
         reason,
     };
-    let found = client
-        .transact(
-            DB,
-            vec![ops::select(
-                ROUTES,
-                vec![ops::cond("ip_prefix", "==", json!(prefix)), owned(network)],
-                Some(&["_uuid", "nexthop", "output_port"]),
-            )],
-        )
-        .await?;
-    let rows = found[0]["rows"].as_array().cloned().unwrap_or_default();
     let (from_gw, to_gw) = (
         gateway_port_name(network, &from.name),
         gateway_port_name(network, &to.name),
@@ -111,7 +107,7 @@ async fn flip(
     };
     let fabric_hop = fabric["nexthop"].as_str().unwrap_or_default();
     if fabric_hop == to.join_ip.to_string() && local_to.is_some() && local_from.is_none() {
-        return Ok((Flip::AlreadyThere, None));
+        return Ok(FlipPlan::AlreadyThere);
     }
     if fabric_hop != from.join_ip.to_string() {
         return Err(invalid(format!(
@@ -183,7 +179,7 @@ async fn flip(
             )],
         ));
     }
-    let marked_at = mark.then(|| {
+    let nb_cfg_at = mark.then(|| {
         txn.push(ops::mutate(
             "NB_Global",
             vec![],
@@ -196,46 +192,69 @@ async fn flip(
         "roam: route flip {prefix} {} -> {}",
         from.name, to.name
     )));
-    let done = client.transact(DB, txn).await?;
-    let nb_cfg = match marked_at {
-        Some(i) => Some(done[i]["rows"][0]["nb_cfg"].as_i64().ok_or_else(|| {
-            Error::Protocol(format!(
-                "NB_Global has no nb_cfg after bumping it: {}",
-                done[i]
-            ))
-        })?),
-        None => None,
-    };
-    Ok((Flip::Moved, nb_cfg))
+    Ok(FlipPlan::Send {
+        ops: txn,
+        nb_cfg_at,
+    })
 }
 
-/// How often [`wait_for_chassis`] looks at `hv_cfg`.
-const SYNC_POLL: Duration = Duration::from_millis(2);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::fixtures::nodes;
 
-/// Wait until every chassis has applied northbound change `nb_cfg` (from
-/// [`flip_route_marked`]): ovn-northd reports in `NB_Global:hv_cfg` the oldest change that
-/// every ovn-controller has put in its switch. How long it took; [`Error::NotSynced`] after
-/// `timeout`.
-pub async fn wait_for_chassis(client: &Client, nb_cfg: i64, timeout: Duration) -> Result<Duration> {
-    let started = Instant::now();
-    loop {
-        let got = client
-            .transact(
-                DB,
-                vec![ops::select("NB_Global", vec![], Some(&["hv_cfg"]))],
-            )
-            .await?;
-        let hv = got[0]["rows"][0]["hv_cfg"].as_i64().unwrap_or_default();
-        if hv >= nb_cfg {
-            return Ok(started.elapsed());
+    const IP: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 10);
+
+    fn route(uuid: &str, hop: Ipv4Addr, port: Option<&str>) -> Value {
+        let mut r = json!({"_uuid": ["uuid", uuid], "nexthop": hop.to_string()});
+        r["output_port"] = port.map_or(json!(["set", []]), |p| json!(p));
+        r
+    }
+
+    /// The fabric route toward `on` and `on`'s local route, as the select reads them.
+    fn routes_on(on: &NodeSpec) -> Vec<Value> {
+        vec![
+            route("f", on.join_ip, None),
+            route("l", IP, Some(&gateway_port_name("ovl", &on.name))),
+        ]
+    }
+
+    #[test]
+    fn a_flip_moves_the_fabric_hop_and_both_local_routes_and_marks_nb_cfg() {
+        let n = nodes();
+        let FlipPlan::Send { ops, nb_cfg_at } =
+            flip_ops("ovl", IP, &n[0], &n[1], true, &routes_on(&n[0])).unwrap()
+        else {
+            panic!("nothing to send");
+        };
+        let kinds: Vec<&str> = ops.iter().map(|o| o["op"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "wait", "wait", "wait", "update", "mutate", "delete", "insert", "mutate", "mutate",
+                "select", "comment"
+            ]
+        );
+        assert_eq!(ops[3]["row"]["nexthop"], n[1].join_ip.to_string());
+        let at = nb_cfg_at.unwrap();
+        assert_eq!(ops[at]["table"], "NB_Global");
+    }
+
+    #[test]
+    fn an_address_already_on_the_target_sends_nothing() {
+        let n = nodes();
+        let plan = flip_ops("ovl", IP, &n[0], &n[1], false, &routes_on(&n[1])).unwrap();
+        assert_eq!(plan, FlipPlan::AlreadyThere);
+    }
+
+    #[test]
+    fn routes_that_are_not_on_the_source_are_refused() {
+        let n = nodes();
+        let mut elsewhere = routes_on(&n[0]);
+        elsewhere[0] = route("f", Ipv4Addr::new(169, 254, 100, 99), None);
+        for rows in [vec![], elsewhere, routes_on(&n[0])[..1].to_vec()] {
+            let err = flip_ops("ovl", IP, &n[0], &n[1], false, &rows).unwrap_err();
+            assert!(matches!(err, Error::InvalidTopology { .. }), "{err}");
         }
-        if started.elapsed() >= timeout {
-            return Err(Error::NotSynced {
-                nb_cfg,
-                hv_cfg: hv,
-                waited_ms: started.elapsed().as_millis() as u64,
-            });
-        }
-        tokio::time::sleep(SYNC_POLL).await;
     }
 }

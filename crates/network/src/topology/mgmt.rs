@@ -1,5 +1,5 @@
-//! A node's management port into its overlay segment (seed 000's `ovrl116-mgmt`): the node's
-//! own host stack (kubelet probes, host services) reaches the workloads through it.
+//! A node's management port into its overlay segment: the node's own host stack (kubelet
+//! probes, host services) reaches the workloads through it.
 //!
 //! The port is an ordinary logical switch port on the node's switch, bound to the node's
 //! chassis, with its own MAC and an overlay address (the Address's `gateway`): the node

@@ -1,7 +1,8 @@
 //! OVN topology planning: from what roam wants (networks, nodes, addresses and where each
 //! address lives) to the logical switches, routers, ports, routes, DHCP options and QoS rows
-//! that OVN's northbound database must hold. Pure: no I/O, no OVSDB types; the reconciler
-//! diffs a [`Topology`] against the database and applies the difference in one transaction.
+//! that OVN's northbound database must hold, and the difference between a plan and what the
+//! database holds. Pure: no I/O; [`crate::northbound`] reads the database and sends the
+//! difference in one transaction.
 //!
 //! # The overlay
 //!
@@ -39,7 +40,7 @@
 //!   network and on the overlay's own VLAN switch, with `snat <subnet> → <router's VLAN
 //!   address>`; default routes node router → fabric → that router → the VLAN's gateway (why
 //!   a gateway router and not a distributed gateway port: see [`EgressSpec`]);
-//! - a management port per node ([`MgmtPort`], seed 000's `ovrl116-mgmt`): routed like a
+//! - a management port per node ([`MgmtPort`]): routed like a
 //!   workload, so the node's host stack reaches every workload; [`mgmt_config`] is what the
 //!   node configures on its side.
 
@@ -51,7 +52,7 @@ mod reconcile;
 mod underlay;
 
 pub use egress::{EgressSpec, egress_router_name};
-pub use flip::{Flip, flip_route, flip_route_marked, wait_for_chassis};
+pub use flip::{Flip, FlipPlan, flip_ops, flip_select};
 pub use mgmt::{HostRoute, MgmtConfig, MgmtPort, mgmt_config, mgmt_port_name};
 pub use overlay::{
     LogicalRouter, LogicalSwitch, NodeSpec, OverlayExtras, OverlaySpec, PlanError, PortSpec,
@@ -59,10 +60,7 @@ pub use overlay::{
     Topology, gateway_port_name, node_router_name, overlay_port_name, plan_overlay,
     plan_overlay_with, route_flip,
 };
-pub use reconcile::{
-    ActualState, OWNER_KEY, PORT_KEY, QOS_PRIORITY, ReconcileReport, TableCounts, apply, check,
-    diff, read_actual, reconcile,
-};
+pub use reconcile::{ActualState, QOS_PRIORITY, ReconcileReport, TableCounts, check, diff};
 pub use underlay::{
     UnderlaySpec, dhcp_server_mac, localnet_port, plan_underlay, vlan_port_name, vlan_switch,
 };

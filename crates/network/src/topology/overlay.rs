@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 
 use roam_dhcp_opts::{DhcpOptionsRow, Ipv4Net, Lease, MacAddr};
 
-use crate::qos::Marking;
+use roam_contract::qos::Marking;
 
 /// One overlay network, as the `Network` object describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]

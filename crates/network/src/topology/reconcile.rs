@@ -1,13 +1,9 @@
-//! The reconciler: makes OVN's northbound database hold a planned [`Topology`].
-//!
-//! [`reconcile`] reads the rows one network owns ([`read_actual`]), computes the difference
-//! with the plan ([`diff`], pure) and applies it in ONE transaction ([`apply`]): either every
-//! change lands or none does. A second reconcile of the same plan finds no difference and
-//! sends nothing.
-//!
-//! Before reading anything, [`reconcile`] [`check`]s that OVN can realize the plan at all
-//! (logical port names unique across switch and router ports, peers and output ports that
-//! exist): ovn-northd would otherwise accept the rows and silently drop a duplicate port.
+//! The reconciler's pure half: the difference ([`diff`]) between the rows one network owns
+//! ([`ActualState`]) and a planned [`Topology`], as the operations of ONE transaction, and
+//! the [`check`] that OVN can realize a plan at all (logical port names unique across switch
+//! and router ports, peers and output ports that exist): ovn-northd would otherwise accept
+//! the rows and silently drop a duplicate port. A diff of a plan against its own result is
+//! empty. [`crate::northbound`] reads the rows and sends the operations.
 //!
 //! # Ownership
 //!
@@ -22,8 +18,8 @@
 //! Rows are matched by name (switches, routers, their ports), by `match` within a switch
 //! (QoS), by `ip_prefix` within a router (static routes), by `type` and `logical_ip` within a
 //! router (NAT) and by the port they serve (DHCP options). A router's `options` are written
-//! only when the plan names some (a gateway router's `chassis`). A matched row whose columns differ is updated in place (only the
-//! differing columns are written), so a route flip is an update of the fabric route's
+//! only when the plan names some (a gateway router's `chassis`). A matched row whose columns
+//! differ is updated in place (only the differing columns are written), so a route flip is an update of the fabric route's
 //! `nexthop`, a delete of the old node's local route and an insert of the new one. Owned rows
 //! that are no longer wanted are deleted and, when they are children, removed from their
 //! parent's set with a `mutate ... delete` (references to children are always mutated, never
@@ -39,20 +35,17 @@ use super::overlay::{
     LogicalRouter, LogicalSwitch, QosRule, RouterPort, SnatRule, StaticRoute, SwitchPort,
     SwitchPortKind, Topology,
 };
-use crate::Result;
-use crate::ovsdb::nb::{self, DATABASE, RoutePolicy, StringMap};
-use crate::ovsdb::{Client, TableRow, Uuid, decode_select, ops};
+use roam_contract::keys::{OWNER_KEY, PORT_KEY};
+use roam_ovsdb::nb::{self, RoutePolicy, StringMap};
+use roam_ovsdb::{Uuid, ops};
 
-/// The `external_ids` key naming the network that owns a row.
-pub const OWNER_KEY: &str = "roam.dev/network";
-/// The `external_ids` key of a `DHCP_Options` row naming the logical switch port it serves.
-pub const PORT_KEY: &str = "roam.dev/port";
+use crate::Result;
 
 /// Priority of roam's DSCP marking rules.
 pub const QOS_PRIORITY: i64 = 100;
 
 /// The northbound rows one network owns (those whose `external_ids` hold
-/// [`OWNER_KEY`]`=<network>`), as read by [`read_actual`].
+/// [`OWNER_KEY`]`=<network>`), as read by [`read_actual`](crate::northbound::read_actual).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ActualState {
     /// `Logical_Switch` rows.
@@ -204,90 +197,11 @@ fn target_uuid(op: &Value) -> Option<String> {
     }
 }
 
-fn owned_by(network: &str) -> Vec<Value> {
-    vec![ops::cond(
-        "external_ids",
-        "includes",
-        ops::string_map([(OWNER_KEY, network)]),
-    )]
-}
-
-fn select_owned<T: TableRow>(network: &str) -> Value {
-    let mut columns = vec!["_uuid"];
-    columns.extend_from_slice(T::COLUMNS);
-    ops::select(T::TABLE, owned_by(network), Some(&columns))
-}
-
-/// Read every row `network` owns, in one transaction (a consistent snapshot).
-pub async fn read_actual(client: &Client, network: &str) -> Result<ActualState> {
-    let res = client
-        .transact(
-            DATABASE,
-            vec![
-                select_owned::<nb::LogicalSwitch>(network),
-                select_owned::<nb::LogicalSwitchPort>(network),
-                select_owned::<nb::LogicalRouter>(network),
-                select_owned::<nb::LogicalRouterPort>(network),
-                select_owned::<nb::LogicalRouterStaticRoute>(network),
-                select_owned::<nb::DhcpOptions>(network),
-                select_owned::<nb::Qos>(network),
-                select_owned::<nb::Nat>(network),
-            ],
-        )
-        .await?;
-    Ok(ActualState {
-        switches: decode_select(&res[0])?,
-        switch_ports: decode_select(&res[1])?,
-        routers: decode_select(&res[2])?,
-        router_ports: decode_select(&res[3])?,
-        routes: decode_select(&res[4])?,
-        dhcp_options: decode_select(&res[5])?,
-        qos: decode_select(&res[6])?,
-        nat: decode_select(&res[7])?,
-    })
-}
-
-/// Send `ops` as one transaction (checked against the schema first: a value the schema
-/// refuses fails without sending anything). Nothing is sent for an empty list. Either all
-/// of `ops` land or, on any error, none does.
-pub async fn apply(client: &Client, ops: Vec<Value>) -> Result<ReconcileReport> {
-    let report = ReconcileReport::from_ops(&ops);
-    if ops.is_empty() {
-        return Ok(report);
-    }
-    client.transact_checked(DATABASE, ops).await?;
-    Ok(report)
-}
-
-/// Make the rows `network` owns match `desired`: read them, [`diff`], and [`apply`] the
-/// difference in one transaction. Idempotent: when nothing differs, nothing is sent.
-///
-/// On an error nothing was changed, except for [`Error::Disconnected`](crate::Error) and
-/// [`Error::Timeout`](crate::Error), after which the outcome is unknown: reconcile again
-/// (it re-reads the database first).
-pub async fn reconcile(
-    client: &Client,
-    network: &str,
-    desired: &Topology,
-) -> Result<ReconcileReport> {
-    check(desired, network)?;
-    let actual = read_actual(client, network).await?;
-    let mut ops = diff(&actual, desired, network);
-    if ops.is_empty() {
-        tracing::debug!(network, "OVN topology up to date");
-        return Ok(ReconcileReport::default());
-    }
-    ops.push(ops::comment(&format!("roam: reconcile network {network}")));
-    let report = apply(client, ops).await?;
-    tracing::info!(network, %report, "OVN topology reconciled");
-    Ok(report)
-}
-
 /// Check that OVN can realize `desired`: logical port names are unique across all switch
 /// AND router ports (ovn-northd binds ports by name in one namespace and ignores a
 /// duplicate with only a warning, leaving a silently broken datapath), every router-type
 /// switch port names a router port of the plan, and every route's output port is a port of
-/// its router. [`reconcile`] refuses a failing plan with
+/// its router. [`reconcile`](crate::northbound::reconcile) refuses a failing plan with
 /// [`Error::InvalidTopology`](crate::Error::InvalidTopology) before sending anything.
 pub fn check(desired: &Topology, network: &str) -> Result<()> {
     let invalid = |reason: String| {

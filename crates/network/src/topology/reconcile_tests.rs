@@ -10,8 +10,8 @@ use roam_dhcp_opts::MacAddr;
 use serde_json::{Map, Value, json};
 
 use super::*;
-use crate::ovsdb::row_json;
 use crate::topology::{NodeSpec, OverlaySpec, PortSpec, plan_overlay};
+use roam_ovsdb::{TableRow, row_json};
 
 const NET: &str = "ovl";
 
@@ -1179,9 +1179,9 @@ fn a_foreign_nat_row_on_the_gateway_router_is_left_alone() {
         .unwrap();
     let stale = Uuid(uuid::Uuid::from_u128(0xbeef));
     gr.nat.insert(stale);
-    extra.nat.push(crate::ovsdb::nb::Nat {
+    extra.nat.push(roam_ovsdb::nb::Nat {
         uuid: stale,
-        kind: crate::ovsdb::nb::NatType::Snat,
+        kind: roam_ovsdb::nb::NatType::Snat,
         external_ip: "198.51.100.9".into(),
         logical_ip: "100.64.0.0/17".into(),
         external_ids: [(OWNER_KEY.to_string(), NET.to_string())].into(),

@@ -13,8 +13,7 @@ use crate::core::claim::{ALSO_ON, also_on};
 use crate::core::vm::Move;
 use crate::error::{Error, Result};
 
-/// The finalizer that lets a deleted migration abort first.
-pub const FINALIZER: &str = "roam.dev/migration";
+use roam_contract::keys::MIGRATION_FINALIZER as FINALIZER;
 
 /// Write `host` and `also-on` of the VM's Address (resourceVersion precondition, retried on
 /// fresh data); the index sees the move and the route controller flips the /32 at once.

@@ -4,7 +4,7 @@ use super::*;
 use crate::api::{AddressVlan, Boot, VmInterface};
 use crate::core::claim::tests::{net, vlan_net};
 use crate::core::claim::{ALSO_ON, claimed, pool_address};
-use roam_network::pool::mac_for_ip;
+use roam_contract::mac_for_ip;
 
 const VM: &str = "ns/vm1";
 

@@ -96,11 +96,11 @@ pub fn insert_op<T: TableRow>(row: &T, uuid_name: Option<&str>) -> Value {
 /// Implement [`TableRow`] for a struct with a `uuid` field.
 macro_rules! table_row {
     ($ty:ty, $db:expr, $table:literal, [$($col:literal),* $(,)?]) => {
-        impl $crate::ovsdb::row::TableRow for $ty {
+        impl $crate::row::TableRow for $ty {
             const DATABASE: &'static str = $db;
             const TABLE: &'static str = $table;
             const COLUMNS: &'static [&'static str] = &[$($col),*];
-            fn uuid(&self) -> $crate::ovsdb::atom::Uuid {
+            fn uuid(&self) -> $crate::atom::Uuid {
                 self.uuid
             }
         }

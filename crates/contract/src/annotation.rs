@@ -1,16 +1,15 @@
 //! The two pod annotations that connect the controller and the CNI plugin.
 //!
 //! - [`INTERFACES`] (`roam.dev/interfaces`), written by the user (or by the VM controller from a
-//!   VirtualMachine's `interfaces`): what the workload asks for, per interface, in the seed's
-//!   shape (seed 001) — `mode`, `interface` {dhcp, mac, ip, mask, gateway, name, metric,
-//!   service_class}, `vlan` {tag, gateway} — plus roam's optional `network` (the `Network`
-//!   object to draw from). The seed wrote every value as a string (`"dhcp": "true"`,
-//!   `"metric": "0"`, `"tag": "10"`); both strings and JSON numbers/booleans are accepted.
+//!   VirtualMachine's `interfaces`): what the workload asks for, per interface — `mode`,
+//!   `interface` {dhcp, mac, ip, mask, gateway, name, metric, service_class}, `vlan` {tag,
+//!   gateway} — plus an optional `network` (the `Network` object to draw from). Values may be
+//!   strings (`"dhcp": "true"`, `"metric": "0"`, `"tag": "10"`) or JSON numbers/booleans.
 //!   A pod without it gets one overlay interface `eth0` on the overlay network.
 //! - [`ADDRESSES`] (`roam.dev/addresses`), written by the controller once the addresses are
 //!   claimed and their OVN ports exist: everything the CNI needs to plumb each interface
 //!   ([`PodAddress`]), and nothing it would have to look up. [`PodAddress::routes`] is the
-//!   route list the CNI installs (seed 000's three steps for the overlay).
+//!   route list the CNI installs.
 //!
 //! Both are parsed and validated here, as plain data: a malformed annotation is an
 //! [`AnnotationError`] naming the interface and the field, and nothing is claimed or plumbed
@@ -24,12 +23,8 @@ use std::str::FromStr;
 use roam_dhcp_opts::MacAddr;
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::keys::{ADDRESSES, INTERFACES};
 use crate::qos::Marking;
-
-/// The request annotation: the workload's interfaces (seed 001's per-interface JSON).
-pub const INTERFACES: &str = "roam.dev/interfaces";
-/// The result annotation: the addresses the controller published for the CNI.
-pub const ADDRESSES: &str = "roam.dev/addresses";
 
 /// Overlay (a /32 behind the anycast gateway) or underlay (a host of a VLAN's subnet).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -89,7 +84,7 @@ pub enum AnnotationError {
 
 type Result<T, E = AnnotationError> = std::result::Result<T, E>;
 
-/// One interface as the workload asks for it (seed 001).
+/// One interface as the workload asks for it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InterfaceRequest {
@@ -310,7 +305,7 @@ pub struct PodRoute {
 }
 
 impl PodAddress {
-    /// The routes for this interface, in the order they must be added. Overlay (seed 000):
+    /// The routes for this interface, in the order they must be added. Overlay:
     /// the gateway on-link (`GW/32 dev IF`), then `default via GW metric M` — the default
     /// route's gateway is only reachable through the first. Underlay: the connected subnet
     /// comes with the address; only `default via GW metric M`.
@@ -492,7 +487,7 @@ fn parse_mac(interface: &str, field: &'static str, s: &str) -> Result<MacAddr> {
     Ok(mac)
 }
 
-/// A value the seed wrote as a string or JSON writes natively.
+/// A value written as a string or natively in JSON.
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum Lenient<T> {
@@ -529,8 +524,8 @@ fn lenient_u16<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
 mod tests {
     use super::*;
 
-    /// seed 001's example, verbatim.
-    const SEED: &str = r#"[
+    /// The annotation's reference example, values written as strings.
+    const EXAMPLE: &str = r#"[
       { "mode": "underlay",
         "interface": { "dhcp": "true", "mac": "00:00:00:8a:62:c4", "ip": "10.0.0.2",
           "mask": "255.255.255.0", "gateway": "10.0.0.1", "name": "eth0", "metric": "0",
@@ -548,9 +543,9 @@ mod tests {
     }
 
     #[test]
-    fn the_seeds_annotation_parses_strings_as_values() {
-        // the seed's first interface is dhcp with an ip: roam refuses that combination
-        let e = err(SEED);
+    fn the_reference_annotation_parses_strings_as_values() {
+        // the first interface is dhcp with an ip: roam refuses that combination
+        let e = err(EXAMPLE);
         assert!(
             matches!(
                 &e,
@@ -561,7 +556,7 @@ mod tests {
             ),
             "{e}"
         );
-        let fixed = SEED.replacen(
+        let fixed = EXAMPLE.replacen(
             "\"dhcp\": \"true\", \"mac\": \"00:00:00:8a:62:c4\", \"ip\": \"10.0.0.2\",",
             "\"dhcp\": \"true\", \"mac\": \"00:00:00:8a:62:c4\",",
             1,
@@ -684,7 +679,7 @@ mod tests {
     }
 
     #[test]
-    fn overlay_routes_are_the_seeds_three_steps() {
+    fn overlay_routes_are_gateway_on_link_then_default() {
         let r = overlay().routes();
         assert_eq!(r.len(), 2);
         assert_eq!(

@@ -2,11 +2,10 @@
 //!
 //! An interface names its class (`service_class` in the interface declaration); roam sets the
 //! DSCP of the interface's traffic with an OVN `QoS` row (`action: dscp=N`). The class table
-//! is the RFC's (section 3); the seed fixed two points that this table keeps:
-//! `lowlatency` marks 22 and `bulk` marks 14. Those are the third drop precedence of
-//! low-latency data (AF2x) and high-throughput data (AF1x), so every Assured Forwarding
-//! class marks its `AFx3` codepoint unless a drop precedence is given (`low-latency-data:1`
-//! marks AF21 = 18). An unknown class is an error, never silently DSCP 0.
+//! is the RFC's (section 3), with two aliases: `lowlatency` marks 22 and `bulk` marks 14.
+//! Those are the third drop precedence of low-latency data (AF2x) and high-throughput data
+//! (AF1x), so every Assured Forwarding class marks its `AFx3` codepoint unless a drop
+//! precedence is given (`low-latency-data:1` marks AF21 = 18). An unknown class is an error, never silently DSCP 0.
 
 use std::fmt;
 use std::str::FromStr;
@@ -28,11 +27,11 @@ pub enum ServiceClass {
     MultimediaStreaming,
     /// CS3 (24): broadcast TV and live events.
     BroadcastVideo,
-    /// AF2x: client/server transactions, web-based ordering (the seed's `lowlatency`).
+    /// AF2x: client/server transactions, web-based ordering (alias `lowlatency`).
     LowLatencyData,
     /// CS2 (16): operations, administration and management.
     Oam,
-    /// AF1x: store and forward applications (the seed's `bulk`).
+    /// AF1x: store and forward applications (alias `bulk`).
     HighThroughputData,
     /// DF (0): undifferentiated applications.
     Standard,
@@ -45,7 +44,7 @@ pub enum ServiceClass {
 pub struct DropPrecedence(u8);
 
 impl DropPrecedence {
-    /// The precedence the seed's `lowlatency` = 22 and `bulk` = 14 imply.
+    /// The precedence the aliases `lowlatency` = 22 and `bulk` = 14 imply.
     pub const DEFAULT: DropPrecedence = DropPrecedence(3);
 
     /// 1, 2 or 3.
@@ -151,7 +150,7 @@ impl Marking {
 impl FromStr for Marking {
     type Err = UnknownServiceClass;
 
-    /// `telephony`, `low-latency-data`, `low-latency-data:1`, or the seed's `lowlatency` /
+    /// `telephony`, `low-latency-data`, `low-latency-data:1`, or the aliases `lowlatency` /
     /// `bulk`. Case and `_` vs `-` do not matter.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let unknown = || UnknownServiceClass {
@@ -207,7 +206,7 @@ mod tests {
     }
 
     #[test]
-    fn the_seed_fixes_lowlatency_22_and_bulk_14() {
+    fn the_aliases_mark_lowlatency_22_and_bulk_14() {
         assert_eq!(dscp("lowlatency"), 22);
         assert_eq!(dscp("bulk"), 14);
         assert_eq!(dscp("low-latency-data"), 22);

@@ -836,7 +836,7 @@ mod tests {
 
     #[test]
     fn validates_operations_before_sending() {
-        use crate::ovsdb::ops;
+        use crate::ops;
         let s = schema();
         let ok = [
             ops::insert(

@@ -68,7 +68,7 @@ table_row!(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ovsdb::row::assert_columns_match;
+    use crate::row::assert_columns_match;
 
     #[test]
     fn declared_columns_are_the_serialized_ones() {

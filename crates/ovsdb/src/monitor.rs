@@ -346,8 +346,8 @@ pub(crate) enum Owner {
 /// A live monitor. Dropping it cancels it on the server (`monitor_cancel`, not awaited).
 ///
 /// ```no_run
-/// # async fn f(nb: roam_network::ovsdb::Client) -> roam_network::Result<()> {
-/// use roam_network::ovsdb::{MonitorEvent, MonitorRequest, nb::LogicalSwitch};
+/// # async fn f(nb: roam_ovsdb::Client) -> roam_ovsdb::Result<()> {
+/// use roam_ovsdb::{MonitorEvent, MonitorRequest, nb::LogicalSwitch};
 /// let mut m = nb.monitor("OVN_Northbound", vec![MonitorRequest::for_row::<LogicalSwitch>()]).await?;
 /// loop {
 ///     match m.next().await? {

@@ -293,7 +293,7 @@ impl<'de, K: Ord + DeserializeOwned, V: DeserializeOwned> Deserialize<'de> for O
 /// server sends the empty set `["set", []]` for `None` and the bare atom for `Some`.
 ///
 /// ```
-/// # use roam_network::ovsdb::atom;
+/// # use roam_ovsdb::atom;
 /// #[derive(serde::Deserialize)]
 /// struct Port {
 ///     #[serde(with = "atom::optional", default)]

@@ -1,4 +1,5 @@
-//! A native OVSDB client (RFC 7047): JSON-RPC over a unix or TCP stream socket.
+//! A native OVSDB client (RFC 7047): JSON-RPC over a unix or TCP stream socket, for OVN's
+//! northbound database and a node's local `Open_vSwitch` database.
 //!
 //! - [`Client`] is one connection. A background task owns the socket: it writes requests,
 //!   routes replies to their callers by `id` and notifications to monitors by monitor id,
@@ -6,7 +7,7 @@
 //!   ([`ClientOptions::inactivity_probe`]), closing a connection that stopped answering.
 //! - [`ReconnectingClient`] reconnects with bounded exponential backoff and re-establishes
 //!   its monitors; requests are never retried (an interrupted `transact` has an unknown
-//!   outcome, see [`Error::Disconnected`](crate::Error::Disconnected)).
+//!   outcome, see [`Error::Disconnected`](Error::Disconnected)).
 //! - [`Monitor`]: `monitor` / `monitor_cond` with a local replica, yielding
 //!   [`MonitorEvent`]s of complete old/new rows.
 //! - [`schema`]: the database schema from `get_schema`, to check transactions before sending
@@ -16,10 +17,12 @@
 //! - [`nb`], [`vswitch`]: typed rows ([`TableRow`]) for the tables roam uses, read with
 //!   [`select_all`].
 //! - [`ops`]: builders for transaction operations.
+#![warn(missing_docs)]
 
 pub mod atom;
 mod client;
 mod connection;
+mod error;
 mod framing;
 mod monitor;
 pub mod nb;
@@ -31,6 +34,7 @@ pub mod vswitch;
 
 pub use atom::{Atom, Datum, NamedUuid, OvsMap, OvsSet, Uuid};
 pub use client::{Client, ClientOptions, Endpoint};
+pub use error::{Error, Result};
 pub use framing::Framer;
 pub use monitor::{
     Monitor, MonitorEvent, MonitorMethod, MonitorRequest, MonitorSelect, Row, RowUpdate,

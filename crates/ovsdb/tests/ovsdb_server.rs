@@ -11,10 +11,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use roam_network::Error;
-use roam_network::ovsdb::nb::{self, *};
-use roam_network::ovsdb::vswitch::{self, Bridge, Interface, Port};
-use roam_network::ovsdb::{
+use roam_ovsdb::Error;
+use roam_ovsdb::nb::{self, *};
+use roam_ovsdb::vswitch::{self, Bridge, Interface, Port};
+use roam_ovsdb::{
     Client, ClientOptions, Monitor, MonitorEvent, MonitorMethod, MonitorRequest, ReconnectOptions,
     ReconnectingClient, TableRow, Uuid, insert_op, ops, select_all, select_where,
 };
@@ -408,7 +408,7 @@ async fn typed_round_trip_of_every_nb_row_type() {
                     "nat",
                     named_set(&["nat"]),
                 ),
-                ops::comment("roam-network test: typed round trip"),
+                ops::comment("roam-ovsdb test: typed round trip"),
             ],
         )
         .await
@@ -715,7 +715,7 @@ async fn schema_validation_rejects_bad_names_without_a_round_trip() {
         (0, Some(1), Some(4095))
     );
     // every column our typed rows read exists in the installed schema
-    fn check<T: TableRow>(s: &roam_network::ovsdb::DatabaseSchema) {
+    fn check<T: TableRow>(s: &roam_ovsdb::DatabaseSchema) {
         for col in T::COLUMNS {
             s.column(T::TABLE, col)
                 .unwrap_or_else(|e| panic!("{}: {e}", T::TABLE));
@@ -729,7 +729,7 @@ async fn schema_validation_rejects_bad_names_without_a_round_trip() {
     check::<Nat>(&schema);
     check::<DhcpOptions>(&schema);
     check::<Qos>(&schema);
-    let vs: roam_network::ovsdb::DatabaseSchema = roam_network::ovsdb::DatabaseSchema::from_json(
+    let vs: roam_ovsdb::DatabaseSchema = roam_ovsdb::DatabaseSchema::from_json(
         &serde_json::from_str(&fs::read_to_string(VSWITCH_SCHEMA).unwrap()).unwrap(),
     )
     .unwrap();

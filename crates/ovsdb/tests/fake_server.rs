@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use roam_network::Error;
-use roam_network::ovsdb::{Client, ClientOptions, MonitorEvent, MonitorRequest};
+use roam_ovsdb::Error;
+use roam_ovsdb::{Client, ClientOptions, MonitorEvent, MonitorRequest};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
@@ -312,7 +312,7 @@ async fn monitor_falls_back_to_rfc7047_monitor() {
         .monitor("DB", vec![MonitorRequest::table("T")])
         .await
         .unwrap();
-    assert_eq!(m.method(), roam_network::ovsdb::MonitorMethod::Monitor);
+    assert_eq!(m.method(), roam_ovsdb::MonitorMethod::Monitor);
     let ev = m.next().await.unwrap();
     assert!(
         matches!(&ev, MonitorEvent::Initial(u) if u["T"].is_empty()),

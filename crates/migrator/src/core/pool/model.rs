@@ -1,6 +1,5 @@
-//! The address pool (seed 000): pure decisions over plain data, no Kubernetes types. The
-//! address operator and the pod controller feed it what the API server holds and act on what
-//! it answers.
+//! The address pool's decisions over plain data, no Kubernetes types: the address operator
+//! and the pod controller feed it what the API server holds and act on what it answers.
 //!
 //! - per node and network, a warm pool of unreserved addresses is kept at its target size
 //!   ([`refill`]);
@@ -134,16 +133,10 @@ pub fn refill(
         .collect()
 }
 
-/// A locally administered, unicast MAC derived from the IP (`0a:58:` + the IP's octets, as
-/// OVN-Kubernetes does): unique within a network because IPs are, and stable, so an address
-/// object re-created for the same IP gets the same MAC.
-pub fn mac_for_ip(ip: Ipv4Addr) -> MacAddr {
-    let [a, b, c, d] = ip.octets();
-    MacAddr::new([0x0a, 0x58, a, b, c, d])
-}
-
 #[cfg(test)]
 mod tests {
+    use roam_contract::mac_for_ip;
+
     use super::*;
 
     fn range() -> AddressRange {
@@ -258,14 +251,5 @@ mod tests {
         a.deleted = false;
         a.deletion_time = Some(t0);
         assert!(!reclaimable(&a, t0 + Duration::from_secs(10_000), grace));
-    }
-
-    #[test]
-    fn macs_are_locally_administered_unicast_and_unique_per_ip() {
-        let m = mac_for_ip("100.64.1.10".parse().unwrap());
-        assert_eq!(m.to_string(), "0a:58:64:40:01:0a");
-        assert!(!m.is_multicast());
-        assert_eq!(m.octets()[0] & 0x02, 0x02, "locally administered bit");
-        assert_ne!(m, mac_for_ip("100.64.1.11".parse().unwrap()));
     }
 }

@@ -397,7 +397,7 @@ table_row!(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ovsdb::row::{TableRow, assert_columns_match, decode_row};
+    use crate::row::{TableRow, assert_columns_match, decode_row};
     use serde_json::json;
 
     #[test]
@@ -477,7 +477,7 @@ mod tests {
             external_ids: [("roam".to_string(), "1".to_string())].into(),
         };
         assert_eq!(
-            crate::ovsdb::row_json(&nat),
+            crate::row_json(&nat),
             json!({"type": "snat", "external_ip": "192.0.2.1", "logical_ip": "10.0.0.0/24", "external_ids": ["map", [["roam", "1"]]]})
         );
     }
