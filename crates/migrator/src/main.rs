@@ -1,5 +1,6 @@
-//! roam-controller: the address operator, the pod (sdn) and route controllers (and, with
-//! the live-migration issue, the VM and migration controllers) in one leader-elected process.
+//! roam-controller: the Network controller, the address operator, the pod (sdn) controller,
+//! the OVN syncer and route flips, and the VM and migration controllers, in one
+//! leader-elected process (wiring only: the controllers are in `roam_migrator::controller`).
 //!
 //! ```text
 //! roam-controller [--kubeconfig PATH] [--nb tcp:HOST:PORT|unix:PATH]
@@ -8,7 +9,9 @@
 //!                 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS]
 //!                 [--event-namespace NS (Events about Networks and pod-less Addresses; default)]
 //!                 [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS]
-//!                 [--sweep-period-ms MS]
+//!                 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI]
+//!                 [--peer-libvirt-uri TEMPLATE({node},{ip})] [--vm-log-dir DIR]
+//!                 [--launcher-priority-class NAME]
 //! ```
 //!
 //! Every flag also reads an environment variable (`ROAM_` + the flag in upper snake case,

@@ -6,7 +6,8 @@ use roam_dhcp_opts::MacAddr;
 
 use crate::{Error, Result};
 
-/// Smallest memory a guest gets (the lab's busybox guest needs ~64 MiB).
+/// Smallest memory accepted: a floor against a mistyped size, not a promise that a guest
+/// boots in it.
 pub const MIN_MEMORY_MIB: u64 = 32;
 /// Largest memory accepted (1 TiB).
 pub const MAX_MEMORY_MIB: u64 = 1 << 20;
