@@ -18,8 +18,8 @@ PKGS=(
 )
 # VMs: libvirtd + QEMU (TCG) from bookworm-backports (QEMU 10.0, libvirt 11.3), not bookworm's
 # QEMU 7.2 / libvirt 9.0: QEMU 7.2's TCG corrupts the guest's memory across live migrations
-# (every time with a 1 ms downtime limit; docs/benchmarks.md, "QEMU ≥ 10 under TCG"). libvirt 9.0 cannot drive QEMU 10,
-# so both come from backports.
+# (every time with a 1 ms downtime limit; docs/benchmarks.md, "QEMU ≥ 10 under TCG").
+# libvirt 9.0 cannot drive QEMU 10, so both come from backports.
 BPO=bookworm-backports
 BPO_LIST=/etc/apt/sources.list.d/roam-$BPO.list
 BPO_PKGS=(qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients libvirt-dev libvirt0)
