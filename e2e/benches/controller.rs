@@ -4,17 +4,17 @@
 //! 1. 1000 pods (`ROAM_BENCH_PODS`) created at once, bound to two fake nodes (Node objects
 //!    without a kubelet: nothing runs them, the controller still claims, programs OVN and
 //!    annotates): time until all are annotated → pods/s; per pod, **claim → annotation** (the
-//!    Address claimed for the pod, seen by a watch on Addresses, → the pod's `roam.dev/addresses` seen by a watch on pods) and create → annotation (from the
-//!    pod's create request; includes queueing before the claim), each p50/p90/p99/max
-//!    (targets ≥ 30 pods/s, claim → annotation p99 ≤ 200 ms).
+//!    Address claimed for the pod, seen by a watch on Addresses, → the pod's
+//!    `roam.dev/addresses` seen by a watch on pods) and create → annotation (from the pod's
+//!    create request; includes queueing before the claim), each p50/p90/p99/max (targets
+//!    ≥ 30 pods/s, claim → annotation p99 ≤ 200 ms).
 //! 2. The controller's RSS (from /proc) once it also holds 10 000 more Addresses
 //!    (`ROAM_BENCH_ADDRESSES`) (target ≤ 150 MB).
 //!
 //! The controller binary is the debug build unless `ROAM_CONTROLLER_BIN` names another;
-//! `ROAM_BENCH_CONCURRENCY` sets its `--concurrency` (its default otherwise), `ROAM_CLAIMS_IN_FLIGHT`
-//! (inherited) its `--claims-in-flight`;
-//! `ROAM_BENCH_ADDRESSES=0` skips part 2.
-//! Figures are printed; nothing is asserted (the machine is shared and noisy).
+//! `ROAM_BENCH_CONCURRENCY` sets its `--concurrency` (its default otherwise),
+//! `ROAM_CLAIMS_IN_FLIGHT` (inherited) its `--claims-in-flight`; `ROAM_BENCH_ADDRESSES=0`
+//! skips part 2. Figures are printed; nothing is asserted (the machine is shared and noisy).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -11,8 +11,8 @@
 //!
 //! `cargo bench -p roam-e2e --bench shim` (needs the lab and a built `roam-shim`);
 //! `ROAM_BENCH_SHIM_MIGRATIONS` (default 10) and `ROAM_BENCH_MAX_DOWNTIME_MS` (libvirt's
-//! downtime limit; default: libvirt's 300 ms). A 1 ms limit (many short passes) reproduces
-//! the guest-memory corruption in the README's Limits.
+//! downtime limit; default: libvirt's 300 ms). A 1 ms limit (many short passes) is the
+//! hardest case for the guest's memory (the README's Limits: QEMU ≥ 10 under TCG).
 
 use std::net::Ipv4Addr;
 use std::time::Duration;

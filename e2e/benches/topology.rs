@@ -1,4 +1,5 @@
-//! Benchmark on the lab's real OVN (needs `e2e/lab up`): `cargo bench -p roam-e2e --bench topology`.
+//! Benchmark on the lab's real OVN (needs `e2e/lab up`):
+//! `cargo bench -p roam-e2e --bench topology`.
 //!
 //! 1. Programming N ports (default 1000; `ROAM_BENCH_PORTS`) with DHCP options and their /32
 //!    routes on an existing overlay, through roam's reconciler (one transaction) and through
