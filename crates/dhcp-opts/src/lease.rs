@@ -482,7 +482,7 @@ mod tests {
 
     #[test]
     fn rejects_lone_default_route() {
-        // The seed design's route list: dhclient gets no routes under a /32.
+        // Under a /32 nothing is on-link: a default route alone gives dhclient no usable route.
         let e = builder()
             .classless_static_routes([route("0.0.0.0/0", GW)])
             .build()

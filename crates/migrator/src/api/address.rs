@@ -1,6 +1,6 @@
-//! `Address`: one IP + MAC that outlives the pods and nodes it is used on (seed 000's
-//! AddressSpec). Its object name is derived from its network and IP, so the API server's
-//! name uniqueness is the lock on an IP: two claims of one IP cannot both be created.
+//! `Address`: one IP + MAC that outlives the pods and nodes it is used on. Its object name
+//! is derived from its network and IP, so the API server's name uniqueness is the lock on an
+//! IP: two claims of one IP cannot both be created.
 
 use std::net::Ipv4Addr;
 
@@ -32,7 +32,7 @@ pub struct AddressSpec {
     pub ip: String,
     /// The MAC the workload's interface gets (locally administered, generated once).
     pub mac: String,
-    /// The node's management address that routes to this address (seed: "external gateway").
+    /// The node's management address that routes to this address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<String>,
     /// Who holds it: `namespace/name` of a VirtualMachine, or `namespace-name` of a plain pod.

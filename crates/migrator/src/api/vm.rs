@@ -34,7 +34,7 @@ pub struct VirtualMachineSpec {
     pub memory_mib: u64,
     /// How the guest boots.
     pub boot: Boot,
-    /// The VM's interfaces (the seed's per-interface fields). Empty: one overlay `eth0` with a
+    /// The VM's interfaces, each on its own Network. Empty: one overlay `eth0` with a
     /// DHCP lease from OVN.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interfaces: Vec<VmInterface>,
@@ -72,7 +72,7 @@ fn qcow2() -> String {
     "qcow2".into()
 }
 
-/// One interface of a VM: the fields of the seed's per-interface annotation
+/// One interface of a VM: the fields of a pod's per-interface request
 /// (`roam_contract::annotation::InterfaceRequest`), typed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

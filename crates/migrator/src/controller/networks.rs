@@ -1,8 +1,8 @@
 //! The network controller: validates the Networks, refuses the younger of two overlapping
-//! ones (checked on a direct LIST from the API server, never a cache: seed 004), gives every
-//! node of an overlay its transit address (kept in the Network's status, written with a
-//! resourceVersion precondition so two controllers cannot hand out different ones), and
-//! reports a `Ready` condition.
+//! ones (checked on a direct LIST from the API server, never a cache, which may lag behind a
+//! Network just created), gives every node of an overlay its transit address (kept in the
+//! Network's status, written with a resourceVersion precondition so two controllers cannot
+//! hand out different ones), and reports a `Ready` condition.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

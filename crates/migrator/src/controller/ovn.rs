@@ -34,9 +34,9 @@ pub(super) struct OvnSync {
     /// The next sync re-reads the network (after a route flip: the known rows changed).
     full: std::sync::atomic::AtomicBool,
     /// Writes to the network's rows behind the syncer's back (route flips), counted: a
-    /// reconcile that read the rows before one of them applies a stale diff (seen on the lab:
-    /// the flip's /32 added a second time, left until the next leader's fresh read), so the
-    /// syncer reconciles again from a fresh read when this moved while it worked.
+    /// reconcile that read the rows before one of them would apply a stale diff (the flip's
+    /// /32 added a second time), so the syncer reconciles again from a fresh read when this
+    /// moved while it worked.
     behind: AtomicU64,
     kick: Notify,
     applied: watch::Sender<u64>,
@@ -174,9 +174,8 @@ struct Known {
 
 async fn sync_loop(ctx: Arc<Context>, network: String, s: std::sync::Weak<OvnSync>) {
     // nothing is reconciled from a partial index: a controller that has listed the Networks
-    // but not yet the Addresses would plan the network without its workloads and remove their
-    // ports and routes (seen on the lab at every leader change: 3 ports and 7 routes of live
-    // pods deleted, then put back ~0.4 s later when the Addresses were listed)
+    // but not yet the Addresses would plan the network without its workloads and remove the
+    // ports and routes of live pods until the Addresses are listed (at every leader change)
     ctx.wait_synced().await;
     let mut known: Option<Known> = None;
     loop {

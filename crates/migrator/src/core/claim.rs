@@ -40,7 +40,7 @@ pub fn also_on(a: &Address) -> Vec<String> {
 
 /// Who holds a pod's addresses: the VirtualMachine (`namespace/name`, from [`VM_LABEL`] as a
 /// label or an annotation) for a VM launcher pod — both launcher pods of a migration share
-/// it — else `namespace-name` of the pod (seed 000).
+/// it — else `namespace-name` of the pod.
 pub fn owner_key(
     namespace: &str,
     name: &str,

@@ -301,7 +301,8 @@ fn overlaps(a: &Ipv4Net, b: &Ipv4Net) -> bool {
 
 /// The Networks refused for overlapping an older one, each with the error to report. The
 /// oldest of a group of overlapping Networks keeps working; a refused Network does not make
-/// others refused. Run it on a direct LIST from the API server (seed 004), not on a cache.
+/// others refused. Run it on a direct LIST from the API server, not on a cache: a cache may
+/// not hold a Network just created, and both would be accepted.
 pub fn overlapping(networks: &[NetworkRange]) -> Vec<(String, Error)> {
     let mut sorted: Vec<&NetworkRange> = networks.iter().collect();
     sorted.sort_by(|a, b| (&a.created, &a.name).cmp(&(&b.created, &b.name)));
