@@ -117,7 +117,7 @@ makeIPTablesUtilChains: false
 clusterDomain: cluster.local
 serializeImagePulls: false
 # how the kubelet fetches a pod's Secrets and ConfigMaps: Watch (its default: a reflector per
-# object; a first list the node authorizer refuses costs ~1.8 s before the mount) or Get
+# object; a first list the node authorizer refuses delays the mount by a cache timeout) or Get
 # (ROAM_LAB_SECRET_STRATEGY=Get, for measuring what that race costs with a plain GET)
 configMapAndSecretChangeDetectionStrategy: ${ROAM_LAB_SECRET_STRATEGY:-Watch}
 nodeStatusUpdateFrequency: 2s

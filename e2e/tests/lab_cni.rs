@@ -421,7 +421,8 @@ fn add_check_del_on_the_overlay_across_nodes() {
         ])
     );
 
-    // inside the pod: the /32, the MAC, the MTU, seed 000's routes
+    // inside the pod: the /32, the MAC, the MTU, the on-link gateway route and the default
+    // route through it
     let (mac, mtu, state, addrs) = link_facts(&ns1, "eth0");
     assert_eq!(mac, p1.mac.to_string());
     assert_eq!(mtu, 1400);

@@ -1081,7 +1081,7 @@ fn two_controllers_racing_1000_claims_hand_out_no_ip_twice() {
     println!("c1 published {}, c2 published {}", claims(&c1), claims(&c2));
 }
 
-/// A VLAN (underlay) Network: DHCP and static addressing as in seed 001 — the address comes
+/// A VLAN (underlay) Network: DHCP and static addressing — the address comes
 /// from the VLAN's subnet with its mask, the port sits on the VLAN's switch (localnet port
 /// tagged), and a DHCP interface's port has OVN DHCP options.
 #[test]

@@ -1,4 +1,4 @@
-//! Overlay egress through the per-VLAN gateway router with SNAT (seed 000's `rt-vlan116-…`),
+//! Overlay egress through the per-VLAN gateway router with SNAT,
 //! on the lab's real OVN: a workload on node-a's overlay segment reaches a "ToR" host on VLAN
 //! 300, whose gateway router runs on node-b; the ToR sees the router's VLAN address as the
 //! source, never the overlay address; `ovn-trace` shows `ct_snat` to that address and the

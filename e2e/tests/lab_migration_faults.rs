@@ -1,4 +1,4 @@
-//! Live-migration faults on the lab (issue 8, item 7), through the Kubernetes API and real
+//! Live-migration faults on the lab, through the Kubernetes API and real
 //! processes: one VM booted by roam-controller in a real launcher pod (as in lab_migration),
 //! then, one after the other on that VM:
 //!

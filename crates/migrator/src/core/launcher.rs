@@ -226,7 +226,7 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
             // the shim never calls the API server: no ServiceAccount token to mount, and its
             // own token comes as a digest on the command line. A Secret a new pod mounts is a
             // race its node's kubelet can lose against the API server's node authorizer
-            // (forbidden, then ~1.8 s of cache timeout and mount retries before the sandbox)
+            // (forbidden, then a cache timeout and mount retries before the sandbox starts)
             "automountServiceAccountToken": false,
             "restartPolicy": "Always",
             "terminationGracePeriodSeconds": 30,
