@@ -1,4 +1,4 @@
-//! The controllers of the address control plane, thin I/O around [`crate::core`]:
+//! roam-controller's controllers, thin I/O around [`crate::core`]:
 //!
 //! - watches ([`watch`]) feed the [`index::Index`] with Addresses, Networks and Nodes;
 //! - the network controller ([`networks`]) validates Networks (overlaps checked on a direct
@@ -9,7 +9,14 @@
 //! - the pod (sdn) controller ([`pods`]) claims or reuses a pod's Addresses, waits for their
 //!   OVN ports, and publishes `roam.dev/addresses`;
 //! - the OVN syncer ([`ovn`]) reconciles a Network's OVN topology, debounced and batched, and
-//!   the route controller flips a moved Address's /32 first (fast path).
+//!   the route controller flips a moved Address's /32 first (fast path);
+//! - the VM controller ([`vms`]) gives a VirtualMachine its Addresses and OVN ports, then its
+//!   launcher pod, and reports the VM's phase;
+//! - the migration controller ([`migrations`]) drives a VirtualMachineMigration through
+//!   [`crate::core::migration::step`].
+//!
+//! A failed reconcile is retried per object with backoff ([`retry`]). The tests in `tests/`
+//! run the reconcilers against the mock API server of `fixtures.rs`.
 
 #[cfg(test)]
 mod fixtures;
