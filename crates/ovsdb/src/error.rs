@@ -127,16 +127,19 @@ pub enum Error {
     },
 }
 
-/// Transaction error tags (RFC 7047 and ovsdb-server) that refuse what the transaction asked
-/// for, rather than report a server-side failure (`I/O error`, `resources exhausted`), an
-/// unmet `wait` (`timed out`), a lock not held (`not owner`) or an RBAC refusal.
-const REFUSED_TAGS: [&str; 6] = [
-    "constraint violation",
-    "referential integrity violation",
-    "duplicate uuid name",
-    "domain error",
-    "range error",
-    "syntax error",
+/// Transaction error tags (RFC 7047 and ovsdb-server) that report a failure of the server or
+/// its cluster, an unmet `wait` (`timed out`), a lock not held or a role's missing permission,
+/// rather than refuse what the transaction asked for (`constraint violation`, `referential
+/// integrity violation`, `unknown column`, `syntax error`, ...).
+const SERVER_TAGS: [&str; 8] = [
+    "I/O error",
+    "resources exhausted",
+    "internal error",
+    "timed out",
+    "not owner",
+    "not leader",
+    "cluster error",
+    "permission error",
 ];
 
 impl Error {
@@ -153,7 +156,7 @@ impl Error {
             | Error::UnknownTable { .. }
             | Error::UnknownColumn { .. }
             | Error::InvalidValue { .. } => true,
-            Error::Transaction { error, .. } => REFUSED_TAGS.contains(&error.as_str()),
+            Error::Transaction { error, .. } => !SERVER_TAGS.contains(&error.as_str()),
             Error::Connect { .. }
             | Error::Io(_)
             | Error::Protocol(_)
@@ -211,14 +214,19 @@ mod tests {
             ),
             (txn("constraint violation"), true),
             (txn("referential integrity violation"), true),
-            (txn("duplicate uuid name"), true),
+            (txn("duplicate uuid-name"), true),
             (txn("domain error"), true),
             (txn("range error"), true),
             (txn("syntax error"), true),
+            (txn("unknown column"), true),
             (txn("I/O error"), false),
             (txn("resources exhausted"), false),
+            (txn("internal error"), false),
             (txn("timed out"), false),
             (txn("not owner"), false),
+            (txn("not leader"), false),
+            (txn("cluster error"), false),
+            (txn("permission error"), false),
             (
                 Error::Connect {
                     endpoint: s(),
