@@ -43,6 +43,11 @@ pub mod code {
 }
 
 /// What went wrong; each variant maps to one CNI error code ([`Error::code`]).
+///
+/// Two kinds ([`Error::is_bad_input`]): what the runtime or the cluster gave roam-cni is wrong
+/// (the environment, the configuration, the pod's annotation, the pod itself) and the same
+/// request fails again; or the node or the API server failed, and it may pass later (the
+/// transient ones are reported as [`code::TRY_AGAIN_LATER`]).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The configuration's (or the runtime's) cniVersion is not one roam-cni speaks, or the
@@ -208,6 +213,37 @@ impl Error {
                 degraded: false, ..
             } => NOT_AVAILABLE,
             Error::NotAvailable { degraded: true, .. } => NOT_AVAILABLE_DEGRADED,
+        }
+    }
+
+    /// Whether the request is at fault: its environment variables, configuration, pod or the
+    /// pod's annotation; the same request fails again until they change, and the error code
+    /// says which ([`code::INVALID_ENV`], [`code::INVALID_CONFIG`], ...). `false`: the node
+    /// (stdin, netlink, OVS) or the API server failed, or what roam-cni waits for is not
+    /// there yet, and the runtime's retry may pass; or CHECK found the attachment changed.
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            Error::IncompatibleVersion { .. }
+            | Error::InvalidEnv { .. }
+            | Error::Decode(_)
+            | Error::InvalidConfig { .. }
+            | Error::NetnsGone { .. }
+            | Error::BadAnnotation { .. }
+            | Error::NoSuchInterface { .. }
+            // the kubeconfig is unusable, the pod does not exist, or the API server refused
+            // (4xx): retrying does not help (unreachable is KubeUnreachable)
+            | Error::Kube(_) => true,
+            Error::Stdin(_)
+            | Error::AnnotationTimeout { .. }
+            | Error::KubeUnreachable(_)
+            | Error::OvsdbUnreachable { .. }
+            | Error::Ovsdb(_)
+            | Error::Netlink { .. }
+            | Error::CleanupIncomplete { .. }
+            | Error::NotAvailable { .. }
+            // the attachment drifted after ADD: the pod's state, not the request
+            | Error::CheckFailed { .. } => false,
+            Error::RolledBackBadly { primary, .. } => primary.is_bad_input(),
         }
     }
 

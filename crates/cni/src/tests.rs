@@ -451,6 +451,142 @@ fn every_error_has_its_code() {
     assert_eq!(j["cniVersion"], "1.1.0");
 }
 
+/// Bad input is reported with a code that names what to fix; everything else with a code the
+/// runtime retries on (or a STATUS or CHECK answer).
+#[test]
+fn bad_input_and_its_code_agree() {
+    use roam_contract::annotation::AnnotationError;
+    const BAD_INPUT_CODES: [u32; 8] = [
+        code::INCOMPATIBLE_VERSION,
+        code::UNKNOWN_CONTAINER,
+        code::INVALID_ENV,
+        code::DECODE,
+        code::INVALID_CONFIG,
+        code::BAD_ANNOTATION,
+        code::KUBE_API,
+        code::NO_SUCH_INTERFACE,
+    ];
+    let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+    let s = || "x".to_string();
+    let netlink = || Error::Netlink {
+        action: s(),
+        reason: s(),
+    };
+    let cases: Vec<(Error, bool)> = vec![
+        (
+            Error::IncompatibleVersion {
+                version: "9.9.9".into(),
+                for_command: None,
+                supported: vec!["1.1.0"],
+            },
+            true,
+        ),
+        (
+            Error::InvalidEnv {
+                var: "CNI_NETNS",
+                problem: s(),
+            },
+            true,
+        ),
+        (Error::Decode(s()), true),
+        (
+            Error::InvalidConfig {
+                field: s(),
+                problem: s(),
+            },
+            true,
+        ),
+        (
+            Error::NetnsGone {
+                path: "/x".into(),
+                source: io(),
+            },
+            true,
+        ),
+        (
+            Error::BadAnnotation {
+                namespace: s(),
+                pod: s(),
+                source: Box::new(AnnotationError::DuplicateName("eth0".into())),
+            },
+            true,
+        ),
+        (
+            Error::NoSuchInterface {
+                ifname: s(),
+                namespace: s(),
+                pod: s(),
+                listed: vec![],
+            },
+            true,
+        ),
+        (Error::Kube(s()), true),
+        (Error::Stdin(io()), false),
+        (
+            Error::AnnotationTimeout {
+                namespace: s(),
+                pod: s(),
+                annotation: "a",
+                waited_secs: 1,
+            },
+            false,
+        ),
+        (Error::KubeUnreachable(s()), false),
+        (
+            Error::OvsdbUnreachable {
+                endpoint: s(),
+                reason: s(),
+            },
+            false,
+        ),
+        (Error::Ovsdb(s()), false),
+        (netlink(), false),
+        (
+            Error::CleanupIncomplete {
+                context: s(),
+                errors: vec![],
+            },
+            false,
+        ),
+        (
+            Error::NotAvailable {
+                reason: s(),
+                degraded: true,
+            },
+            false,
+        ),
+        (Error::CheckFailed { drifts: vec![] }, false),
+        (
+            Error::RolledBackBadly {
+                primary: Box::new(netlink()),
+                rollback: vec![],
+            },
+            false,
+        ),
+        (
+            Error::RolledBackBadly {
+                primary: Box::new(Error::NoSuchInterface {
+                    ifname: s(),
+                    namespace: s(),
+                    pod: s(),
+                    listed: vec![],
+                }),
+                rollback: vec![],
+            },
+            true,
+        ),
+    ];
+    for (e, bad) in cases {
+        assert_eq!(e.is_bad_input(), bad, "{e}");
+        assert_eq!(
+            BAD_INPUT_CODES.contains(&e.code()),
+            bad,
+            "{e}: code {}",
+            e.code()
+        );
+    }
+}
+
 #[test]
 fn version_answers_in_the_asked_version() {
     assert_eq!(

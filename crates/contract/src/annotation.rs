@@ -45,7 +45,8 @@ impl fmt::Display for Mode {
     }
 }
 
-/// What is wrong with an annotation.
+/// What is wrong with an annotation. Every variant is bad input: the annotation's writer must
+/// fix it (report it on the pod); reading it again gives the same error.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AnnotationError {
     /// Not JSON, or not the expected shape (a missing field, an unknown mode, a wrong type).

@@ -62,7 +62,7 @@ pub struct Marking {
     pub drop_precedence: DropPrecedence,
 }
 
-/// A `service_class` that roam does not know.
+/// A `service_class` that roam does not know: bad input, the spec's writer must fix it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "unknown service class {given:?}: use one of RFC 4594's classes ({}) or the aliases lowlatency and bulk; \

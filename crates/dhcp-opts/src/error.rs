@@ -13,7 +13,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Everything that can be wrong with a lease, a route, a MAC, an RFC 3442
 /// payload or an OVN `DHCP_Options` row.
 ///
-/// Each message says what was wrong and what to do instead.
+/// Each message says what was wrong and what to do instead. Every variant is bad input: the
+/// same lease or row fails again until it is fixed, so report it rather than retry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

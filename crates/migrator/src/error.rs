@@ -196,18 +196,27 @@ impl Error {
     /// Whether the input is at fault (report it and claim nothing until it changes) rather
     /// than the environment (retry with backoff).
     pub fn is_bad_input(&self) -> bool {
-        matches!(
-            self,
+        match self {
             Error::InvalidNetwork { .. }
-                | Error::OverlappingNetworks { .. }
-                | Error::Annotation { .. }
-                | Error::NoNetwork { .. }
-                | Error::StaticIpOutsideSubnet { .. }
-                | Error::Taken { .. }
-                | Error::Exhausted { .. }
-                | Error::Plan(_)
-                | Error::InvalidVm { .. }
-        )
+            | Error::OverlappingNetworks { .. }
+            | Error::Annotation { .. }
+            | Error::NoNetwork { .. }
+            | Error::StaticIpOutsideSubnet { .. }
+            | Error::Taken { .. }
+            | Error::Exhausted { .. }
+            | Error::Plan(_)
+            | Error::InvalidVm { .. } => true,
+            // OVN refused what was planned from the objects (a topology it cannot realize, a
+            // transaction breaking a constraint): the same plan is refused again
+            Error::Ovn(e) => e.is_bad_input(),
+            // the shim refused the request as invalid (a 4xx other than 408, 409, 429)
+            Error::Shim { source, .. } => source.is_bad_input(),
+            Error::TransitExhausted { .. }
+            | Error::Kube(_)
+            | Error::HeldElsewhere { .. }
+            | Error::Stopped(_)
+            | Error::Conflict(_) => false,
+        }
     }
 
     /// Whether a Kubernetes error is a 409 (AlreadyExists or a resourceVersion conflict).
@@ -218,5 +227,80 @@ impl Error {
     /// Whether a Kubernetes error is a 404.
     pub fn is_not_found(e: &kube::Error) -> bool {
         matches!(e, kube::Error::Api(s) if s.code == 404)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shim(status: Option<u16>) -> Error {
+        Error::Shim {
+            vm: "ns/vm".into(),
+            source: roam_shim_api::Error::Peer {
+                url: "http://10.0.0.1:9000".into(),
+                status,
+                message: "m".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn wrapped_errors_keep_their_kind() {
+        let s = String::new;
+        let cases = [
+            (shim(Some(400)), true),
+            (shim(Some(409)), false),
+            (shim(Some(503)), false),
+            (shim(None), false),
+            (
+                roam_network::Error::InvalidTopology {
+                    network: s(),
+                    reason: s(),
+                }
+                .into(),
+                true,
+            ),
+            (
+                roam_ovsdb::Error::Transaction {
+                    index: 0,
+                    op: "insert".into(),
+                    error: "constraint violation".into(),
+                    details: None,
+                }
+                .into(),
+                true,
+            ),
+            (
+                roam_ovsdb::Error::Timeout {
+                    method: "transact".into(),
+                    secs: 30,
+                }
+                .into(),
+                false,
+            ),
+            (
+                Error::TransitExhausted {
+                    network: s(),
+                    subnet: s(),
+                    node: s(),
+                },
+                false,
+            ),
+            (
+                Error::HeldElsewhere {
+                    pod: s(),
+                    address: s(),
+                    holder: s(),
+                    host: s(),
+                },
+                false,
+            ),
+            (Error::Conflict(s()), false),
+            (Error::Stopped(s()), false),
+        ];
+        for (e, bad) in cases {
+            assert_eq!(e.is_bad_input(), bad, "{e}");
+        }
     }
 }

@@ -4,6 +4,10 @@
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What went wrong planning or applying roam's OVN state.
+///
+/// Two kinds ([`Error::is_bad_input`]): what was asked cannot be applied as given (a topology
+/// OVN cannot realize, a transaction the northbound database refuses), or the database or the
+/// chassis failed and the same request may succeed later (retry with backoff).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Talking to the northbound database failed.
@@ -30,4 +34,64 @@ pub enum Error {
         /// How long it waited.
         waited_ms: u64,
     },
+}
+
+impl Error {
+    /// Whether what was asked is at fault: the same topology or flip fails again until it
+    /// changes (report it; for a flip, reconcile the network first). `false`: the database
+    /// or a chassis failed; retry with backoff.
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            Error::Ovsdb(e) => e.is_bad_input(),
+            Error::InvalidTopology { .. } => true,
+            Error::NotSynced { .. } => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tells_a_refused_plan_from_a_failed_database() {
+        let cases = [
+            (
+                Error::InvalidTopology {
+                    network: "n".into(),
+                    reason: "r".into(),
+                },
+                true,
+            ),
+            (
+                Error::NotSynced {
+                    nb_cfg: 2,
+                    hv_cfg: 1,
+                    waited_ms: 10,
+                },
+                false,
+            ),
+            (
+                roam_ovsdb::Error::Transaction {
+                    index: 0,
+                    op: "insert".into(),
+                    error: "constraint violation".into(),
+                    details: None,
+                }
+                .into(),
+                true,
+            ),
+            (
+                roam_ovsdb::Error::Timeout {
+                    method: "transact".into(),
+                    secs: 1,
+                }
+                .into(),
+                false,
+            ),
+        ];
+        for (e, bad) in cases {
+            assert_eq!(e.is_bad_input(), bad, "{e}");
+        }
+    }
 }

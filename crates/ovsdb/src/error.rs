@@ -6,6 +6,11 @@ use std::io;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What went wrong talking to an OVSDB server.
+///
+/// Two kinds ([`Error::is_bad_input`]): the request itself is wrong (a bad endpoint, a name or
+/// value the schema refuses, a transaction the server refused for what it asked) and sending
+/// it again unchanged fails the same way; or the server or the connection failed, and the
+/// same request may succeed later (retry with backoff).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The endpoint string is not `unix:PATH` or `tcp:HOST:PORT`.
@@ -120,4 +125,151 @@ pub enum Error {
         /// The deadline in seconds.
         secs: u64,
     },
+}
+
+/// Transaction error tags (RFC 7047 and ovsdb-server) that report a failure of the server or
+/// its cluster, an unmet `wait` (`timed out`), a lock not held or a role's missing permission,
+/// rather than refuse what the transaction asked for (`constraint violation`, `referential
+/// integrity violation`, `unknown column`, `syntax error`, ...).
+const SERVER_TAGS: [&str; 8] = [
+    "I/O error",
+    "resources exhausted",
+    "internal error",
+    "timed out",
+    "not owner",
+    "not leader",
+    "cluster error",
+    "permission error",
+];
+
+impl Error {
+    /// Whether the request is at fault: fix it rather than send it again (report the error to
+    /// whoever wrote the input). `false` means the server or the connection failed: retry
+    /// with backoff (after [`Error::Disconnected`] re-read the database first).
+    ///
+    /// A refused transaction is bad input for the transaction as sent; a caller that built it
+    /// from a snapshot of the database should re-read before blaming its own input, since
+    /// another writer's change can also break a constraint (a unique index, a reference).
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            Error::InvalidEndpoint(_)
+            | Error::UnknownTable { .. }
+            | Error::UnknownColumn { .. }
+            | Error::InvalidValue { .. } => true,
+            Error::Transaction { error, .. } => !SERVER_TAGS.contains(&error.as_str()),
+            Error::Connect { .. }
+            | Error::Io(_)
+            | Error::Protocol(_)
+            | Error::Rpc { .. }
+            | Error::Disconnected(_)
+            | Error::NotConnected { .. }
+            | Error::Decode { .. }
+            | Error::MonitorCanceled(_)
+            | Error::Unsupported(_)
+            | Error::Timeout { .. } => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn txn(tag: &str) -> Error {
+        Error::Transaction {
+            index: 0,
+            op: "insert".into(),
+            error: tag.into(),
+            details: None,
+        }
+    }
+
+    #[test]
+    fn tells_a_refused_request_from_a_failed_server() {
+        let s = String::new;
+        let cases = [
+            (Error::InvalidEndpoint("x".into()), true),
+            (
+                Error::UnknownTable {
+                    db: s(),
+                    table: s(),
+                },
+                true,
+            ),
+            (
+                Error::UnknownColumn {
+                    db: s(),
+                    table: s(),
+                    column: s(),
+                },
+                true,
+            ),
+            (
+                Error::InvalidValue {
+                    table: s(),
+                    column: s(),
+                    reason: s(),
+                },
+                true,
+            ),
+            (txn("constraint violation"), true),
+            (txn("referential integrity violation"), true),
+            (txn("duplicate uuid-name"), true),
+            (txn("domain error"), true),
+            (txn("range error"), true),
+            (txn("syntax error"), true),
+            (txn("unknown column"), true),
+            (txn("I/O error"), false),
+            (txn("resources exhausted"), false),
+            (txn("internal error"), false),
+            (txn("timed out"), false),
+            (txn("not owner"), false),
+            (txn("not leader"), false),
+            (txn("cluster error"), false),
+            (txn("permission error"), false),
+            (
+                Error::Connect {
+                    endpoint: s(),
+                    source: io::ErrorKind::ConnectionRefused.into(),
+                },
+                false,
+            ),
+            (Error::Io(io::ErrorKind::BrokenPipe.into()), false),
+            (Error::Protocol(s()), false),
+            (
+                Error::Rpc {
+                    method: "transact".into(),
+                    error: serde_json::json!("unknown database"),
+                },
+                false,
+            ),
+            (Error::Disconnected("transact".into()), false),
+            (
+                Error::NotConnected {
+                    endpoint: s(),
+                    reason: s(),
+                },
+                false,
+            ),
+            (
+                Error::Decode {
+                    what: s(),
+                    reason: s(),
+                },
+                false,
+            ),
+            (Error::MonitorCanceled(s()), false),
+            (Error::Unsupported(s()), false),
+            (
+                Error::Timeout {
+                    method: "transact".into(),
+                    secs: 1,
+                },
+                false,
+            ),
+        ];
+        for (e, bad) in cases {
+            assert_eq!(e.is_bad_input(), bad, "{e}");
+        }
+    }
 }

@@ -806,6 +806,8 @@ async fn schema_validation_rejects_bad_names_without_a_round_trip() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Transaction { index: 0, .. }), "{err}");
+    // the server's tag is one that refuses the request, not a server failure
+    assert!(err.is_bad_input(), "{err}");
 }
 
 // ---------------------------------------------------------------------------------------

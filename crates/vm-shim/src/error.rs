@@ -4,6 +4,11 @@
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What is wrong with a VM or an operation on it.
+///
+/// Two kinds ([`Error::is_bad_input`]): the spec, configuration or API request is wrong
+/// (an HTTP 4xx), or something the shim relies on failed (libvirt, the node's network, the
+/// disk, the target shim: a 5xx) or its state does not allow the request yet (409); those
+/// may pass later.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The VM spec is invalid; nothing was started.
@@ -82,17 +87,36 @@ impl Error {
         }
     }
 
-    /// The HTTP status and API error code for this error.
+    /// Whether the input is at fault (the VM spec, the shim's configuration, an API request):
+    /// report it and do not retry it unchanged. `false`: libvirt, the node, the disk or the
+    /// target shim failed, or the shim's state conflicts with the request (a job runs); the
+    /// same request may pass later, so retry with backoff.
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            Error::InvalidSpec { .. }
+            | Error::Config(_)
+            | Error::BadRequest(_)
+            | Error::Unauthorized
+            | Error::NotFound(_) => true,
+            // the target's answer is this shim's failure to its own caller (a 502)
+            Error::Peer { .. }
+            | Error::Conflict(_)
+            | Error::Libvirt { .. }
+            | Error::Plumbing { .. }
+            | Error::Io { .. } => false,
+        }
+    }
+
+    /// The HTTP status and API error code for this error: bad input is a 4xx, the shim's
+    /// own failure a 5xx ([`Error::is_bad_input`] decides the rest).
     pub fn http_status(&self) -> (u16, &'static str) {
         match self {
-            Error::InvalidSpec { .. } | Error::Config(_) | Error::BadRequest(_) => {
-                (400, "bad-request")
-            }
             Error::Unauthorized => (401, "unauthorized"),
             Error::NotFound(_) => (404, "not-found"),
             Error::Conflict(_) => (409, "conflict"),
             Error::Peer { .. } => (502, "target"),
-            Error::Libvirt { .. } | Error::Plumbing { .. } | Error::Io { .. } => (500, "internal"),
+            e if e.is_bad_input() => (400, "bad-request"),
+            _ => (500, "internal"),
         }
     }
 }
@@ -112,5 +136,76 @@ impl From<roam_shim_api::Error> for Error {
                 message,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_input_is_a_4xx_and_a_failure_a_5xx() {
+        let s = || "x".to_string();
+        let cases = [
+            (
+                Error::InvalidSpec {
+                    vm: s(),
+                    problem: s(),
+                },
+                true,
+                400,
+            ),
+            (Error::Config(s()), true, 400),
+            (Error::BadRequest(s()), true, 400),
+            (Error::Unauthorized, true, 401),
+            (Error::NotFound(s()), true, 404),
+            (Error::Conflict(s()), false, 409),
+            (
+                Error::Peer {
+                    url: s(),
+                    status: Some(400),
+                    message: s(),
+                },
+                false,
+                502,
+            ),
+            (
+                Error::Libvirt {
+                    what: s(),
+                    message: s(),
+                },
+                false,
+                500,
+            ),
+            (
+                Error::Plumbing {
+                    what: s(),
+                    message: s(),
+                },
+                false,
+                500,
+            ),
+            (
+                Error::Io {
+                    what: s(),
+                    source: std::io::ErrorKind::PermissionDenied.into(),
+                },
+                false,
+                500,
+            ),
+        ];
+        for (e, bad, status) in cases {
+            assert_eq!((e.is_bad_input(), e.http_status().0), (bad, status), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_shim_client_error_keeps_its_kind() {
+        let launch = roam_shim_api::Error::LaunchArg {
+            flag: "--listen".into(),
+            problem: "p".into(),
+        };
+        assert!(Error::from(launch).is_bad_input());
+        assert!(Error::from(roam_shim_api::Error::BadRequest("b".into())).is_bad_input());
     }
 }

@@ -63,6 +63,7 @@ pub struct PortSpec {
 }
 
 /// What is wrong with a plan's input. Nothing is planned (or applied) for an invalid input.
+/// Every variant is bad input: report it; the same input fails again, so do not retry it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
     /// The gateway is not a usable host address of the subnet.
