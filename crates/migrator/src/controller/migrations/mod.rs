@@ -178,7 +178,7 @@ async fn record(
     mut st: VirtualMachineMigrationStatus,
     d: &Decision,
 ) -> Result<KAction> {
-    let (key, name) = (key_of(m), m.name_any());
+    let key = key_of(m);
     let was = st.phase;
     st.enter(d.phase, now_micro);
     if d.reason.is_some() {
@@ -213,7 +213,6 @@ async fn record(
     if m.metadata.deletion_timestamp.is_some() || d.actions.is_empty() {
         set_finalizer(ctx, m, false).await?;
     }
-    tracing::trace!(migration = %name, "recorded");
     Ok(if d.actions.is_empty() {
         KAction::await_change()
     } else {

@@ -330,17 +330,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Nothing created yet: the guest on the source, the route there.
     fn fresh() -> Observed {
         Observed {
             invalid: None,
-            deleted: false,
-            timed_out: false,
-            target_pod: PodState::Absent,
-            target_port: false,
-            source_pod: true,
-            job: Job::None,
-            guest: GuestAt::Source,
-            route: RouteAt::Source,
+            ..Observed::refused("")
         }
     }
 
