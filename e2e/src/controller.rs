@@ -66,6 +66,8 @@ impl ControllerProcess {
                 lab.kubeconfig(),
                 "--nb",
                 lab.nb_tcp(),
+                "--sb",
+                lab.sb_tcp(),
                 "--metrics-addr",
                 &metrics,
                 "--identity",

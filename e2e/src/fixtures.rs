@@ -60,6 +60,7 @@ impl PortBuilder {
             also_on: vec![],
             dhcp: false,
             marking: None,
+            mobile: false,
         })
     }
 

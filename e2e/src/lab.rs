@@ -117,6 +117,11 @@ impl Lab {
         self.var("ROAM_OVN_NB_TCP")
     }
 
+    /// The southbound database over TCP (what roam-controller's `--sb` is given).
+    pub fn sb_tcp(&self) -> &str {
+        self.var("ROAM_OVN_SB_TCP")
+    }
+
     /// A node by name (`node-a`, `node-b`).
     pub fn node(&self, name: &str) -> Node {
         let key = name.replace('-', "_").to_uppercase();

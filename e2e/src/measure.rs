@@ -134,6 +134,88 @@ pub fn capture(
     dump.finish()
 }
 
+/// The RARP frame QEMU sends when a migrated VM resumes, announcing `mac` (`aa:bb:..`), as a
+/// Python `bytes` expression (60 bytes, padded).
+fn rarp_frame_py(mac: &str) -> String {
+    format!(
+        "(lambda m: (lambda f: f + bytes(60 - len(f)))(b'\\xff' * 6 + m + b'\\x80\\x35' + \
+         bytes([0, 1, 8, 0, 6, 4, 0, 3]) + m + bytes(4) + m + bytes(4)))(bytes.fromhex('{}'))",
+        mac.replace(':', "")
+    )
+}
+
+/// Send one RARP announcing `mac` out of `iface` in namespace `ns`.
+pub fn send_rarp(ns: &TestNetns, iface: &str, mac: &str) {
+    let script = format!(
+        "import socket\ns = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)\n\
+         s.bind(('{iface}', 0))\ns.send({})\n",
+        rarp_frame_py(mac)
+    );
+    ns.run("python3", &["-c", &script]);
+}
+
+/// A RARP sender started ahead of time in a namespace (socket open, interpreter warm), so
+/// that [`RarpTrigger::fire`] sends within microseconds, as QEMU does at the end of a
+/// migration.
+pub struct RarpTrigger {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl RarpTrigger {
+    /// Ready to announce `mac` out of `iface` in `ns`.
+    pub fn new(ns: &TestNetns, iface: &str, mac: &str) -> RarpTrigger {
+        let script = format!(
+            "import socket, sys\ns = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)\n\
+             s.bind(('{iface}', 0))\nf = {}\nprint('ready', flush=True)\n\
+             for _ in sys.stdin:\n    s.send(f)\n    print('sent', flush=True)\n",
+            rarp_frame_py(mac)
+        );
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "python3", "-u", "-c", &script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the RARP sender");
+        let stdin = child.stdin.take().expect("its stdin");
+        let stdout = std::io::BufReader::new(child.stdout.take().expect("its stdout"));
+        let mut t = RarpTrigger {
+            child,
+            stdin,
+            stdout,
+        };
+        t.expect_line("ready");
+        t
+    }
+
+    fn expect_line(&mut self, want: &str) {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.stdout
+            .read_line(&mut line)
+            .expect("read the RARP sender");
+        assert_eq!(line.trim(), want, "the RARP sender said {line:?}");
+    }
+
+    /// Send the RARP now; returns once it is out.
+    pub fn fire(&mut self) {
+        use std::io::Write;
+        self.stdin
+            .write_all(b"go\n")
+            .and_then(|()| self.stdin.flush())
+            .expect("trigger the RARP sender");
+        self.expect_line("sent");
+    }
+}
+
+impl Drop for RarpTrigger {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The `p` percentile (0.0..=1.0) of `sorted` by nearest rank; zero when it is empty.
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {

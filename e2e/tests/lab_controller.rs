@@ -545,8 +545,7 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
     });
 
     // a VM's second launcher pod (a migration's target) shares the VM's address; it moves
-    // to the target when the source pod is gone: a live move, so the route flips first
-    // (fast path), then the reconcile converges — same IP and MAC
+    // to the target when the source pod is gone: same IP, MAC and port
     let vm = json!({"roam.dev/vm": "vm1"});
     create(
         &lab,
@@ -560,9 +559,23 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
         address(&lab, &vm_addr).unwrap()["spec"]["owner"],
         "h5-life/vm1"
     );
-    wait_until(LONG, "vm1's route on node-a", || {
-        (fabric_hop(&lab, net, &vm_ip).as_deref() == Some(t["node-a"].as_str())).then_some(())
+    // a VM's address is a mobile port: one port bound where the VM runs, its /32 on the
+    // fabric toward the mobile switch, wherever that is
+    let vm_port = src["port"].as_str().unwrap().to_string();
+    assert_eq!(vm_port, vm_addr, "one port name on every node");
+    let bound_to = |node: &str| {
+        lsp(&lab, &vm_port).is_some_and(|(_, opts)| {
+            opts.contains(&format!("requested-chassis={node}"))
+                && !opts.contains("activation-strategy")
+        })
+    };
+    wait_until(LONG, "vm1's port bound to node-a", || {
+        bound_to("node-a").then_some(())
     });
+    assert_eq!(
+        fabric_hop(&lab, net, &vm_ip).as_deref(),
+        Some(vm_ip.as_str())
+    );
     create(
         &lab,
         "create",
@@ -594,12 +607,15 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
         (dst["ip"].clone(), dst["mac"].clone()),
         (src["ip"].clone(), src["mac"].clone())
     );
-    wait_until(LONG, "vm1's route flipped to node-b", || {
-        (fabric_hop(&lab, net, &vm_ip).as_deref() == Some(t["node-b"].as_str())).then_some(())
+    wait_until(LONG, "vm1's port bound to node-b", || {
+        bound_to("node-b").then_some(())
     });
-    wait_until(LONG, "the fast flip in the log", || {
-        c2.log_text().contains("route flipped").then_some(())
-    });
+    assert_eq!(
+        fabric_hop(&lab, net, &vm_ip).as_deref(),
+        Some(vm_ip.as_str()),
+        "the route did not move"
+    );
+    assert_eq!(dst["port"], vm_port.as_str());
     let a = address(&lab, &vm_addr).unwrap();
     assert_eq!(
         (a["spec"]["host"].as_str(), a["spec"]["deleted"].as_bool()),

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use roam_contract::keys::OWNER_KEY;
 use roam_e2e::{
-    Lab, PortBuilder, TestNetns, VlanTor, attach_netns, capture, nbctl, ovn_trace, run,
+    Lab, PortBuilder, TestNetns, VlanTor, attach_netns, capture, nbctl, ovn_trace, run, send_rarp,
     trace_outputs, try_run, vsctl, wait_until,
 };
 use roam_network::northbound::{read_actual, reconcile};
@@ -483,21 +483,6 @@ fn bound_on(lab: &Lab, lsp: &str, column: &str) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-/// Send one RARP request announcing `mac` out of `iface` in namespace `ns` (what QEMU sends
-/// when a migrated VM resumes), with a raw packet socket.
-fn send_rarp(ns: &TestNetns, iface: &str, mac: &str) {
-    let script = format!(
-        "import socket\n\
-         m = bytes.fromhex('{hex}')\n\
-         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)\n\
-         s.bind(('{iface}', 0))\n\
-         f = b'\\xff' * 6 + m + b'\\x80\\x35' + bytes([0, 1, 8, 0, 6, 4, 0, 3]) + m + bytes(4) + m + bytes(4)\n\
-         s.send(f + bytes(60 - len(f)))\n",
-        hex = mac.replace(':', ""),
-    );
-    ns.run("python3", &["-c", &script]);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! leader-elected process (wiring only: the controllers are in `roam_migrator::controller`).
 //!
 //! ```text
-//! roam-controller [--kubeconfig PATH] [--nb tcp:HOST:PORT|unix:PATH]
+//! roam-controller [--kubeconfig PATH] [--nb tcp:HOST:PORT|unix:PATH] [--sb tcp:HOST:PORT|unix:PATH]
 //!                 [--metrics-addr HOST:PORT|off] [--leader-elect true|false]
 //!                 [--lease-namespace NS] [--lease-name NAME] [--identity ID]
 //!                 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS]
@@ -27,6 +27,7 @@ use roam_migrator::controller::{self, Config, leader};
 struct Flags {
     kubeconfig: Option<String>,
     nb: String,
+    sb: Option<String>,
     metrics_addr: Option<String>,
     leader_elect: bool,
     lease_namespace: String,
@@ -47,7 +48,7 @@ struct Flags {
     launcher_priority_class: Option<String>,
 }
 
-const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] [--metrics-addr ADDR|off] \
+const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] [--sb ENDPOINT] [--metrics-addr ADDR|off] \
 [--leader-elect true|false] [--lease-namespace NS] [--lease-name NAME] [--identity ID] \
 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--event-namespace NS] [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS] \
 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI] \
@@ -88,6 +89,7 @@ fn parse() -> anyhow::Result<Flags> {
     let known = [
         "kubeconfig",
         "nb",
+        "sb",
         "metrics-addr",
         "leader-elect",
         "lease-namespace",
@@ -122,6 +124,7 @@ fn parse() -> anyhow::Result<Flags> {
     Ok(Flags {
         kubeconfig: get("kubeconfig").or_else(|| std::env::var("KUBECONFIG").ok()),
         nb: get("nb").unwrap_or_else(|| "tcp:127.0.0.1:6641".into()),
+        sb: get("sb"),
         metrics_addr: match get("metrics-addr").as_deref() {
             Some("off") => None,
             Some(a) => Some(a.to_string()),
@@ -215,6 +218,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let config = Config {
         nb: flags.nb.clone(),
+        sb: flags.sb.clone(),
         network_selector: flags.network_selector.clone(),
         node_selector: flags.node_selector.clone(),
         pod_namespace: flags.pod_namespace.clone(),

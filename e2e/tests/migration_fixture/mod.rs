@@ -112,6 +112,20 @@ impl Fixture {
     }
 }
 
+/// Migration `name`'s `status.switchoverMs` (the pause → the target activated the VM's ports,
+/// patched in by a task of its own), waiting up to 30 s for it to appear.
+pub fn switchover_ms(lab: &Lab, ns: &str, name: &str) -> Option<u64> {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let ms = get(lab, &["-n", ns, "get", "vmim", name])
+            .and_then(|m| m["status"]["switchoverMs"].as_u64());
+        if ms.is_some() || std::time::Instant::now() > until {
+            return ms;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 pub fn vm(lab: &Lab, n: &Names) -> Value {
     get(lab, &["-n", n.ns, "get", "vm", n.vm]).expect("the VM")
 }

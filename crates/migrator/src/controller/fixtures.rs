@@ -437,6 +437,7 @@ impl ApiServerVerifier {
 pub(super) fn config() -> Config {
     Config {
         nb: OFFLINE_NB.into(),
+        sb: None,
         network_selector: None,
         node_selector: None,
         pod_namespace: None,
@@ -468,7 +469,7 @@ pub(super) fn context(
     let verifier = ApiServerVerifier::start(handle);
     let config = config();
     let nb = ReconnectingClient::start(OFFLINE_NB, Default::default()).expect("an NB endpoint");
-    let (ctx, _flips) = Context::new(client, config, nb);
+    let (ctx, _flips) = Context::new(client, config, (nb, None));
     {
         let mut index = ctx.index.lock().expect("index lock");
         for n in networks {
@@ -595,10 +596,12 @@ impl FakeShim {
         self.changed.notify_waiters();
     }
 
-    /// Append a lifecycle event to the shim's log.
-    pub(super) fn event(&self, kind: Lifecycle) {
+    /// Append a lifecycle event to the shim's log; its sequence number.
+    pub(super) fn event(&self, kind: Lifecycle) -> u64 {
+        let mut at = 0;
         self.update(|s| {
             let seq = s.events.len() as u64 + 1;
+            at = seq;
             s.events.push(ShimEvent {
                 seq,
                 kind,
@@ -607,9 +610,27 @@ impl FakeShim {
                 libvirt: (0, 0),
             });
         });
+        at
     }
 
-    /// The requests so far (`METHOD path`), and forget them.
+    /// Wait (up to 5 s) until the shim was asked for the events after `seq`: whoever follows
+    /// its events has handled every one up to `seq`.
+    pub(super) async fn handled(&self, seq: u64) {
+        let asked = format!("after={seq}&");
+        for _ in 0..500 {
+            let calls = self.state.lock().expect("shim state").calls.clone();
+            if calls
+                .iter()
+                .any(|c| c.starts_with("GET /v1/events?") && c.contains(&asked))
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("nobody asked for the events after {seq}");
+    }
+
+    /// The requests so far (`METHOD path?query`), and forget them.
     pub(super) fn take_calls(&self) -> Vec<String> {
         std::mem::take(&mut self.state.lock().expect("shim state").calls)
     }
@@ -638,7 +659,7 @@ async fn shim_answer(
     s.lock()
         .expect("shim state")
         .calls
-        .push(format!("{} {path}", parts.method));
+        .push(format!("{} {}", parts.method, parts.uri));
     let answer: Value = match (parts.method.clone(), path.as_str()) {
         (Method::GET, path::STATUS) => json!(s.lock().expect("shim state").status),
         (Method::POST, path::MIGRATE) => {

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use crate::api::{Address, Network, TransitAddress};
 use crate::core::network::NetworkPlan;
 
-/// An Address whose host moved while it stayed live: its /32 must follow (route flip).
+/// A routed Address (a pod's overlay /32) whose host moved while it stayed live: its /32
+/// must follow (route flip).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Moved {
     /// The Network.
@@ -54,7 +55,10 @@ fn rv(a: &Address) -> Option<u64> {
 
 fn moved(old: &Address, new: &Address) -> Option<Moved> {
     let live = |a: &Address| crate::core::claim::is_live(&a.spec);
-    if live(old) && live(new) && old.spec.host != new.spec.host {
+    // only a per-node port's /32 follows its host; a VLAN port and a VM's mobile port keep
+    // their routes wherever they are bound
+    let routed = new.spec.vlan.is_none() && !crate::core::claim::is_vm_address(&new.spec);
+    if routed && live(old) && live(new) && old.spec.host != new.spec.host {
         Some(Moved {
             network: new.spec.network.clone(),
             address: new.metadata.name.clone()?,

@@ -55,6 +55,9 @@ pub use roam_contract::keys::{ERROR_ANNOTATION, NETWORK_LABEL, POD_ANNOTATION};
 pub struct Config {
     /// OVN northbound database, e.g. `tcp:127.0.0.1:6641`.
     pub nb: String,
+    /// OVN southbound database, read only for the switchover's figure (when the target
+    /// chassis activated a migrated VM's ports); `None`: no figure.
+    pub sb: Option<String>,
     /// Only Networks matching this label selector are managed (all when `None`).
     pub network_selector: Option<String>,
     /// Only Nodes matching this label selector take part (all when `None`).
@@ -103,6 +106,8 @@ pub struct Context {
     pub index: Mutex<Index>,
     /// OVN northbound.
     pub nb: ReconnectingClient,
+    /// OVN southbound (read only), when configured.
+    pub sb: Option<ReconnectingClient>,
     /// Metrics.
     pub metrics: Metrics,
     recorder: Recorder,
@@ -122,7 +127,7 @@ impl Context {
     pub fn new(
         client: kube::Client,
         config: Config,
-        nb: ReconnectingClient,
+        (nb, sb): (ReconnectingClient, Option<ReconnectingClient>),
     ) -> (Arc<Context>, mpsc::UnboundedReceiver<Moved>) {
         let (ovn, flips_rx) = ovn::State::new();
         let recorder = Recorder::new(
@@ -138,6 +143,7 @@ impl Context {
             config,
             index: Mutex::new(Index::default()),
             nb,
+            sb,
             metrics: Metrics::default(),
             recorder,
             wake: Wake::default(),
@@ -307,7 +313,11 @@ pub async fn run(
     stop: impl std::future::Future<Output = ()>,
 ) -> crate::Result<()> {
     let nb = ReconnectingClient::start(&config.nb, Default::default())?;
-    let (ctx, flips_rx) = Context::new(client, config, nb);
+    let sb = match &config.sb {
+        Some(sb) => Some(ReconnectingClient::start(sb, Default::default())?),
+        None => None,
+    };
+    let (ctx, flips_rx) = Context::new(client, config, (nb, sb));
     let mut tasks = tokio::task::JoinSet::new();
     if let Some(listener) = metrics_listener {
         let c = ctx.clone();

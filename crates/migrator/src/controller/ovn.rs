@@ -483,6 +483,45 @@ pub(super) async fn wait_for_chassis(
     Ok(roam_network::northbound::wait_for_chassis(&ctx.nb.client()?, nb_cfg, timeout).await?)
 }
 
+/// How often [`wait_for_activation`] reads the SB.
+const ACTIVATION_POLL: Duration = Duration::from_millis(2);
+
+/// Wait until `chassis` has activated every one of the multi-chassis `ports` (the guest's
+/// RARP reached the target and its ovn-controller carries the ports' traffic there), reading
+/// their `Port_Binding`s from the southbound database every 2 ms. How long it took; `None`
+/// without a southbound database configured, after `timeout`, or when the SB cannot be read
+/// (a figure for the status: nothing waits on it).
+pub(super) async fn wait_for_activation(
+    ctx: &Context,
+    ports: &[String],
+    chassis: &str,
+    timeout: Duration,
+) -> Option<Duration> {
+    let client = ctx.sb.as_ref()?.client().ok()?;
+    let select = roam_ovsdb::ops::select(
+        "Port_Binding",
+        vec![roam_ovsdb::ops::cond(
+            "logical_port",
+            "includes",
+            serde_json::json!(["set", ports]),
+        )],
+        Some(&["logical_port", "options"]),
+    );
+    let started = std::time::Instant::now();
+    while started.elapsed() < timeout {
+        let rows = client
+            .transact("OVN_Southbound", vec![select.clone()])
+            .await
+            .ok()?;
+        let rows = rows[0]["rows"].as_array().cloned().unwrap_or_default();
+        if crate::core::ovn::all_activated(&rows, ports, chassis) {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(ACTIVATION_POLL).await;
+    }
+    None
+}
+
 /// Ask for a reconcile of `network` that re-reads its rows first (something wrote them
 /// behind the syncer's back, e.g. a flip whose Address write then failed).
 pub(super) fn request_full(ctx: &Arc<Context>, network: &str) -> u64 {

@@ -11,7 +11,7 @@ use roam_contract::annotation::{InterfaceRequest, Mode, PodAddress, parse_interf
 use roam_contract::keys::INTERFACES;
 use roam_contract::mac_for_ip;
 use roam_dhcp_opts::MacAddr;
-use roam_network::topology::{overlay_port_name, vlan_port_name};
+use roam_network::topology::{mobile_port_name, overlay_port_name, vlan_port_name};
 
 use super::network::NetworkPlan;
 use crate::api::{Address, AddressSpec, AddressVlan, NetworkMode, address_name};
@@ -371,12 +371,20 @@ pub fn deletion_time(spec: &AddressSpec) -> Option<SystemTime> {
     spec.deletion_time.as_ref().map(|t| SystemTime::from(t.0))
 }
 
-/// The OVN logical switch port carrying Address `name` on `node` (the OVS `iface-id`): an
-/// overlay address has one per node (`<name>.<node>`, a migration target its own); a VLAN
-/// address is one multi-chassis port (`<name>`) whatever the node.
+/// Whether Address `spec` is held by a VM (its owner is `namespace/name`; a pod's is
+/// `namespace-name`).
+pub fn is_vm_address(spec: &AddressSpec) -> bool {
+    spec.owner.as_deref().is_some_and(|o| o.contains('/'))
+}
+
+/// The OVN logical switch port carrying Address `name` on `node` (the OVS `iface-id`): a
+/// VLAN address, and a VM's overlay address (a mobile port), is one multi-chassis port
+/// (`<name>`) whatever the node; a pod's overlay address has one per node (`<name>.<node>`).
 pub fn ovn_port(spec: &AddressSpec, name: &str, node: &str) -> String {
     if spec.vlan.is_some() {
         vlan_port_name(name)
+    } else if is_vm_address(spec) {
+        mobile_port_name(name)
     } else {
         overlay_port_name(name, node)
     }
@@ -469,6 +477,7 @@ pub fn desired_ports<'a>(
             node: host,
             dhcp: a.spec.dhcp,
             marking,
+            mobile: is_vm_address(&a.spec),
         });
     }
     ports.sort_by(|a, b| a.name.cmp(&b.name));

@@ -31,6 +31,11 @@ pub fn delta(known: &BTreeMap<String, PortSpec>, wanted: &[PortSpec]) -> Delta {
         .filter(|p| !known.contains_key(&p.name))
         .cloned()
         .collect();
+    // the first mobile port brings its switch and the fabric's port to it, which an
+    // additions-only transaction does not create
+    if new.iter().any(|p| p.mobile) && !known.values().any(|p| p.mobile) {
+        return Delta::Full;
+    }
     if new.is_empty() {
         Delta::Nothing
     } else {
@@ -56,6 +61,26 @@ pub fn additions_only(mut t: Topology, new: &[PortSpec]) -> Topology {
     t
 }
 
+/// Whether the SB's `Port_Binding` rows (`logical_port`, `options`) show every one of
+/// `ports` activated on `chassis`: ovn-controller on a multi-chassis port's additional
+/// chassis adds its name to `options:additional-chassis-activated` once the workload's RARP
+/// came in and its flows carry the port's traffic.
+pub fn all_activated(rows: &[serde_json::Value], ports: &[String], chassis: &str) -> bool {
+    ports.iter().all(|port| {
+        rows.iter().any(|r| {
+            r["logical_port"].as_str() == Some(port.as_str())
+                && r["options"][1].as_array().is_some_and(|pairs| {
+                    pairs.iter().any(|kv| {
+                        kv[0] == "additional-chassis-activated"
+                            && kv[1]
+                                .as_str()
+                                .is_some_and(|v| v.split(',').any(|c| c == chassis))
+                    })
+                })
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,6 +97,7 @@ mod tests {
             also_on: vec![],
             dhcp: false,
             marking: None,
+            mobile: false,
         }
     }
 
@@ -99,6 +125,50 @@ mod tests {
             Delta::Full,
             "a host changed"
         );
+    }
+
+    #[test]
+    fn the_first_mobile_port_is_a_full_reconcile_the_next_ones_are_additions() {
+        let mobile = |i, node| PortSpec {
+            mobile: true,
+            ..port(i, node)
+        };
+        let mut known: BTreeMap<String, PortSpec> = [port(10, "a")]
+            .into_iter()
+            .map(|p| (p.name.clone(), p))
+            .collect();
+        assert_eq!(
+            delta(&known, &[port(10, "a"), mobile(11, "b")]),
+            Delta::Full
+        );
+        known.insert("p11".into(), mobile(11, "b"));
+        assert_eq!(
+            delta(&known, &[port(10, "a"), mobile(11, "b"), mobile(12, "a")]),
+            Delta::Add(vec![mobile(12, "a")])
+        );
+    }
+
+    #[test]
+    fn activation_is_read_from_the_port_bindings_options() {
+        let row = |port: &str, activated: Option<&str>| {
+            let mut options = vec![serde_json::json!(["requested-chassis", "a,b"])];
+            if let Some(a) = activated {
+                options.push(serde_json::json!(["additional-chassis-activated", a]));
+            }
+            serde_json::json!({"logical_port": port, "options": ["map", options]})
+        };
+        let ports = ["vm1".to_string(), "vm2".to_string()];
+        let rows = [row("vm1", Some("b")), row("vm2", None)];
+        assert!(!all_activated(&rows, &ports, "b"));
+        let rows = [row("vm1", Some("b")), row("vm2", Some("c,b"))];
+        assert!(all_activated(&rows, &ports, "b"));
+        assert!(!all_activated(&rows, &ports, "c"), "vm1 is not on c");
+        assert!(
+            !all_activated(&rows[..1], &ports, "b"),
+            "vm2 has no binding"
+        );
+        let rows = [row("vm1", Some("bb")), row("vm2", Some("b"))];
+        assert!(!all_activated(&rows, &ports, "b"), "whole names only");
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! A VirtualMachine's interfaces, pure: which Addresses it needs (one per interface, each on
 //! its own Network), the NICs its launcher gets, and per interface what a migration does to
-//! its Address at each step — an overlay address is a /32 route that flips to the target in
-//! the pause window; a VLAN address is one multi-chassis port (`requested-chassis=src,dst`,
-//! activated on the target by the guest's RARP) that is left alone in the pause and made
-//! single-chassis once the migration is over.
+//! its Address at each step. A VM's address (overlay or VLAN) is one multi-chassis port
+//! (`requested-chassis=src,dst`, activated on the target by the guest's RARP) that is left
+//! alone in the pause and made single-chassis once the migration is over; a routed /32 (a
+//! per-node port, as a pod's) would flip to the target in the pause window.
 
 use std::collections::BTreeMap;
 
@@ -315,10 +315,13 @@ impl PortBook {
 /// How an Address is attached, which decides what a switchover does with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Attach {
-    /// An overlay /32: routed to its host; flipped in the pause window.
-    Overlay,
-    /// A VLAN address: one port, multi-chassis while migrating, activated by RARP.
-    Vlan,
+    /// A /32 whose route points at its host's node (a per-node port): flipped in the pause
+    /// window.
+    Routed,
+    /// One port whatever the node (a VLAN address; a VM's overlay address on the network's
+    /// mobile switch): multi-chassis while migrating, the target's binding activated by the
+    /// guest's RARP; nothing changes in the pause.
+    MultiChassis,
 }
 
 /// Where one of the VM's Addresses is now.
@@ -326,9 +329,9 @@ pub enum Attach {
 pub struct Placement {
     /// The Address.
     pub address: String,
-    /// Overlay or VLAN.
+    /// Routed or multi-chassis.
     pub attach: Attach,
-    /// Its host (the /32 route's node; a VLAN port's main chassis).
+    /// Its host (a routed /32's node; a multi-chassis port's main chassis).
     pub host: Option<String>,
     /// The other nodes its port is on (`roam.dev/also-on`).
     pub also_on: Vec<String>,
@@ -339,10 +342,10 @@ impl Placement {
     pub fn of(a: &Address) -> Placement {
         Placement {
             address: a.metadata.name.clone().unwrap_or_default(),
-            attach: if a.spec.vlan.is_some() {
-                Attach::Vlan
+            attach: if a.spec.vlan.is_some() || super::claim::is_vm_address(&a.spec) {
+                Attach::MultiChassis
             } else {
-                Attach::Overlay
+                Attach::Routed
             },
             host: a.spec.host.clone(),
             also_on: super::claim::also_on(a),
@@ -366,8 +369,9 @@ pub struct Move {
 pub enum When {
     /// Before the target pod: every port on the target too (VLAN: multi-chassis).
     PrepareTarget,
-    /// The source paused for the final copy: the overlay /32s flip to the target; the VLAN
-    /// ports stay as they are (the target's binding activates on the guest's RARP).
+    /// The source paused for the final copy: the routed /32s flip to the target; the
+    /// multi-chassis ports stay as they are (the target's binding activates on the guest's
+    /// RARP).
     Paused,
     /// The guest runs on the target: every Address's host is the target, the source keeps
     /// its port until its pod is gone.
@@ -401,8 +405,8 @@ pub fn moves(addrs: &[Placement], when: When, source: &str, target: &str) -> Vec
             let (host, also_on) = match when {
                 When::PrepareTarget => to(source, &[target]),
                 When::Paused => match p.attach {
-                    Attach::Overlay => to(target, &[source]),
-                    Attach::Vlan => return None,
+                    Attach::Routed => to(target, &[source]),
+                    Attach::MultiChassis => return None,
                 },
                 When::GuestOnTarget => to(target, &[source]),
                 When::GuestOnSource => to(source, &[target]),
@@ -421,12 +425,12 @@ pub fn moves(addrs: &[Placement], when: When, source: &str, target: &str) -> Vec
         .collect()
 }
 
-/// Where the VM's routes point: at the target once every overlay /32 does (a VM with only
-/// VLAN addresses: once every port's host is the target), else at the source.
+/// Where the VM's routes point: at the target once every routed /32 does (a VM with only
+/// multi-chassis ports: once every port's host is the target), else at the source.
 pub fn route_at(addrs: &[Placement], target: &str) -> RouteAt {
     let overlay: Vec<&Placement> = addrs
         .iter()
-        .filter(|p| p.attach == Attach::Overlay)
+        .filter(|p| p.attach == Attach::Routed)
         .collect();
     let considered: Vec<&Placement> = if overlay.is_empty() {
         addrs.iter().collect()
@@ -448,11 +452,22 @@ pub fn ports_on(addrs: &[Placement], node: &str) -> bool {
             .all(|p| p.host.as_deref() == Some(node) || p.also_on.iter().any(|n| n == node))
 }
 
-/// The Addresses flipped in the pause window (the overlay ones).
+/// The ports the guest's RARP activates on the target (the multi-chassis ones, named after
+/// their Address): the switchover's figure is the pause → the target's binding of every one
+/// of them activated.
+pub fn activated_on_target(addrs: &[Placement]) -> Vec<String> {
+    addrs
+        .iter()
+        .filter(|p| p.attach == Attach::MultiChassis)
+        .map(|p| p.address.clone())
+        .collect()
+}
+
+/// The Addresses flipped in the pause window (the routed ones).
 pub fn flipped_in_pause(addrs: &[Placement]) -> Vec<String> {
     addrs
         .iter()
-        .filter(|p| p.attach == Attach::Overlay)
+        .filter(|p| p.attach == Attach::Routed)
         .map(|p| p.address.clone())
         .collect()
 }

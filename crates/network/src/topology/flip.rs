@@ -15,7 +15,7 @@ use roam_contract::keys::OWNER_KEY;
 use roam_ovsdb::ops;
 use serde_json::{Value, json};
 
-use super::overlay::{NodeSpec, gateway_port_name, node_router_name};
+use super::overlay::{NodeSpec, gateway_port_name, mobile_gateway_port_name, node_router_name};
 use crate::{Error, Result};
 
 const ROUTES: &str = "Logical_Router_Static_Route";
@@ -95,6 +95,15 @@ pub fn flip_ops(
         gateway_port_name(network, &from.name),
         gateway_port_name(network, &to.name),
     );
+    let mobile_gw = mobile_gateway_port_name(network);
+    if rows
+        .iter()
+        .any(|r| output_port(r) == Some(mobile_gw.as_str()))
+    {
+        return Err(invalid(format!(
+            "{prefix} is a mobile port's: its route never moves (its chassis binding does)"
+        )));
+    }
     let fabric = rows.iter().find(|r| output_port(r).is_none());
     let local_from = rows
         .iter()
@@ -252,7 +261,8 @@ mod tests {
         let n = nodes();
         let mut elsewhere = routes_on(&n[0]);
         elsewhere[0] = route("f", Ipv4Addr::new(169, 254, 100, 99), None);
-        for rows in [vec![], elsewhere, routes_on(&n[0])[..1].to_vec()] {
+        let mobile = vec![route("m", IP, Some("ovl-fabric-mobile"))];
+        for rows in [vec![], elsewhere, routes_on(&n[0])[..1].to_vec(), mobile] {
             let err = flip_ops("ovl", IP, &n[0], &n[1], false, &rows).unwrap_err();
             assert!(matches!(err, Error::InvalidTopology { .. }), "{err}");
         }

@@ -96,6 +96,7 @@ pub(super) fn as_ports(spec: &OverlaySpec, mgmt: &[MgmtPort]) -> Vec<PortSpec> {
             also_on: vec![],
             dhcp: false,
             marking: None,
+            mobile: false,
         })
         .collect()
 }
@@ -241,6 +242,7 @@ mod tests {
             also_on: vec![],
             dhcp: false,
             marking: None,
+            mobile: false,
         };
         let err = plan(vec![m("node-0", "100.64.1.1", 1)], std::slice::from_ref(&w)).unwrap_err();
         assert_eq!(

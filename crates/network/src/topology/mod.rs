@@ -57,8 +57,8 @@ pub use mgmt::{HostRoute, MgmtConfig, MgmtPort, mgmt_config, mgmt_port_name};
 pub use overlay::{
     LogicalRouter, LogicalSwitch, NodeSpec, OverlayExtras, OverlaySpec, PlanError, PortSpec,
     QosRule, RouteFlip, RouterPort, RouterRoute, SnatRule, StaticRoute, SwitchPort, SwitchPortKind,
-    Topology, gateway_port_name, node_router_name, overlay_port_name, plan_overlay,
-    plan_overlay_with, route_flip,
+    Topology, gateway_port_name, mobile_gateway_port_name, mobile_port_name, mobile_switch_name,
+    node_router_name, overlay_port_name, plan_overlay, plan_overlay_with, route_flip,
 };
 pub use reconcile::{ActualState, QOS_PRIORITY, ReconcileReport, TableCounts, check, diff};
 pub use underlay::{

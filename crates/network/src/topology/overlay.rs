@@ -58,6 +58,11 @@ pub struct PortSpec {
     pub also_on: Vec<String>,
     /// Whether OVN answers DHCP for it (VMs) or not (containers, plumbed by the CNI).
     pub dhcp: bool,
+    /// A workload that migrates (a VM): its port lives on the network's mobile switch
+    /// ([`mobile_switch_name`]), one port whatever its node, bound on `node` and `also_on`
+    /// (multi-chassis with RARP activation while it migrates), and its /32 route never
+    /// changes. Otherwise the port lives on `node`'s switch and the route points there.
+    pub mobile: bool,
     /// DSCP marking of its traffic, if any.
     pub marking: Option<Marking>,
 }
@@ -408,9 +413,39 @@ pub fn gateway_port_name(net: &str, node: &str) -> String {
     format!("{}-gw", node_router(net, node))
 }
 /// The logical switch port (= the OVS interface's `external_ids:iface-id`) of overlay
-/// workload `port` on `node`: `<port>.<node>` (a migration target has its own).
+/// workload `port` on `node`: `<port>.<node>`.
 pub fn overlay_port_name(port: &str, node: &str) -> String {
     format!("{port}.{node}")
+}
+
+/// The mobile switch of overlay `net`: the ports of the workloads that migrate, whatever
+/// node they run on, behind the fabric router's own anycast-gateway port.
+pub fn mobile_switch_name(net: &str) -> String {
+    format!("{net}-mobile")
+}
+
+/// The fabric router's anycast-gateway port on [`mobile_switch_name`]: the output port of
+/// every mobile /32 route.
+pub fn mobile_gateway_port_name(net: &str) -> String {
+    format!("{net}-fabric-mobile")
+}
+
+/// The logical switch port (= `iface-id`) of mobile workload `port`: the port's own name,
+/// on every node (the source's and the target's interface bind the same port).
+pub fn mobile_port_name(port: &str) -> String {
+    port.to_string()
+}
+
+/// The `requested-chassis` of a multi-chassis capable port: its node, then its migration
+/// targets (comma-separated, without repeats).
+pub(super) fn requested_chassis(p: &PortSpec) -> String {
+    let mut seen = BTreeSet::new();
+    std::iter::once(&p.node)
+        .chain(&p.also_on)
+        .filter(|n| seen.insert(n.as_str()))
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn validate(
@@ -675,6 +710,33 @@ pub fn plan_overlay_with(
 
     let join_ip: BTreeMap<&str, Ipv4Addr> =
         nodes.iter().map(|n| (n.name.as_str(), n.join_ip)).collect();
+    let mobile_gw = mobile_gateway_port_name(net);
+    let mut mobile = ports.iter().any(|p| p.mobile).then(|| {
+        let name = mobile_switch_name(net);
+        fabric.ports.insert(
+            mobile_gw.clone(),
+            RouterPort {
+                name: mobile_gw.clone(),
+                mac: spec.gateway_mac,
+                networks: vec![format!("{}/{}", spec.gateway, spec.subnet.prefix_len())],
+            },
+        );
+        let peer = format!("{name}-gw");
+        let mut ls = LogicalSwitch {
+            name,
+            ..Default::default()
+        };
+        ls.ports.insert(
+            peer.clone(),
+            SwitchPort {
+                name: peer,
+                kind: SwitchPortKind::Router {
+                    router_port: mobile_gw.clone(),
+                },
+            },
+        );
+        ls
+    });
     for p in ports {
         let host = Ipv4Net::new(p.ip, 32).expect("/32 is valid");
         let dhcp = if p.dhcp {
@@ -690,6 +752,35 @@ pub fn plan_overlay_with(
         } else {
             None
         };
+        if p.mobile {
+            // one port wherever the workload runs; its route never moves
+            let ls = mobile.as_mut().expect("created: a mobile port exists");
+            let lsp = mobile_port_name(&p.name);
+            ls.ports.insert(
+                lsp.clone(),
+                SwitchPort {
+                    name: lsp.clone(),
+                    kind: SwitchPortKind::Workload {
+                        mac: p.mac,
+                        ip: p.ip,
+                        requested_chassis: requested_chassis(p),
+                        dhcp,
+                    },
+                },
+            );
+            if let Some(m) = p.marking {
+                ls.qos.insert(QosRule {
+                    r#match: format!("inport == \"{lsp}\""),
+                    dscp: m.dscp(),
+                });
+            }
+            fabric.routes.insert(StaticRoute {
+                ip_prefix: host,
+                nexthop: p.ip,
+                output_port: Some(mobile_gw.clone()),
+            });
+            continue;
+        }
         let mut placed = BTreeSet::new();
         for node in std::iter::once(&p.node).chain(&p.also_on) {
             if !placed.insert(node) {
@@ -738,6 +829,9 @@ pub fn plan_overlay_with(
     }
     if let Some(e) = &extras.egress {
         super::egress::plan(spec, &mut t, &mut join, &mut fabric, e);
+    }
+    if let Some(ls) = mobile {
+        t.switches.insert(ls.name.clone(), ls);
     }
     t.switches.insert(join_name, join);
     t.routers.insert(fabric_name, fabric);
@@ -809,6 +903,7 @@ mod tests {
             also_on: vec![],
             dhcp: true,
             marking: None,
+            mobile: false,
         }
     }
 
@@ -955,6 +1050,94 @@ mod tests {
                 .iter()
                 .any(|r| r.ip_prefix.prefix_len() == 32)
         );
+    }
+
+    fn mobile(i: u32, node: &str, also_on: &[&str]) -> PortSpec {
+        PortSpec {
+            mobile: true,
+            also_on: also_on.iter().map(|n| n.to_string()).collect(),
+            ..port(i, node)
+        }
+    }
+
+    #[test]
+    fn a_mobile_port_is_one_port_behind_the_fabric_and_its_route_never_moves() {
+        let ns = nodes(3);
+        let plan = |p: PortSpec| plan_overlay(&spec(), &ns, &[port(1, "node-0"), p]).unwrap();
+        let on_0 = plan(mobile(7, "node-0", &[]));
+        let migrating = plan(mobile(7, "node-0", &["node-1"]));
+        let on_1 = plan(mobile(7, "node-1", &[]));
+        for (t, chassis) in [
+            (&on_0, "node-0"),
+            (&migrating, "node-0,node-1"),
+            (&on_1, "node-1"),
+        ] {
+            let ls = &t.switches["ovl-mobile"];
+            match &ls.ports["p7"].kind {
+                SwitchPortKind::Workload {
+                    requested_chassis,
+                    dhcp,
+                    ..
+                } => {
+                    assert_eq!(requested_chassis, chassis);
+                    assert_eq!(dhcp.as_ref().unwrap().cidr, "100.64.1.7/32");
+                }
+                other => panic!("{other:?}"),
+            }
+            // the mobile switch's gateway is the fabric's port with the anycast gateway
+            let gw = &t.routers["ovl-fabric"].ports["ovl-fabric-mobile"];
+            assert_eq!(gw.mac, mac("0a:00:00:00:00:01"));
+            assert_eq!(gw.networks, vec!["100.64.0.1/16".to_string()]);
+            // no per-node port for it anywhere
+            for n in &ns {
+                assert!(
+                    !t.switches[&format!("ovl-{}", n.name)]
+                        .ports
+                        .keys()
+                        .any(|k| k.starts_with("p7")),
+                    "{chassis}"
+                );
+            }
+        }
+        // wherever it runs, migrating or not: the same routes (one /32, on the fabric)
+        assert_eq!(on_0.routes(), migrating.routes());
+        assert_eq!(on_0.routes(), on_1.routes());
+        let mine: Vec<_> = on_0
+            .routes()
+            .into_iter()
+            .filter(|(_, r)| r.ip_prefix.to_string() == "100.64.1.7/32")
+            .collect();
+        assert_eq!(mine.len(), 1, "{mine:?}");
+        assert_eq!(mine[0].0, "ovl-fabric");
+        assert_eq!(mine[0].1.output_port.as_deref(), Some("ovl-fabric-mobile"));
+        assert_eq!(mine[0].1.nexthop, Ipv4Addr::new(100, 64, 1, 7));
+        assert_eq!(route_flip(&on_0, &on_1), RouteFlip::default());
+    }
+
+    #[test]
+    fn the_mobile_switch_exists_only_with_mobile_ports_and_carries_their_marking() {
+        let ns = nodes(2);
+        let t = plan_overlay(&spec(), &ns, &[port(1, "node-0")]).unwrap();
+        assert!(!t.switches.contains_key("ovl-mobile"));
+        assert!(
+            !t.routers["ovl-fabric"]
+                .ports
+                .contains_key("ovl-fabric-mobile")
+        );
+        let mut m = mobile(2, "node-1", &[]);
+        m.marking = Some("lowlatency".parse().unwrap());
+        let t = plan_overlay(&spec(), &ns, &[port(1, "node-0"), m]).unwrap();
+        let qos: Vec<_> = t.switches["ovl-mobile"].qos.iter().collect();
+        assert_eq!(qos.len(), 1);
+        assert_eq!(qos[0].r#match, "inport == \"p2\"");
+        assert_eq!(qos[0].dscp, 22);
+    }
+
+    #[test]
+    fn a_mobile_port_on_an_unknown_node_is_refused() {
+        let err =
+            plan_overlay(&spec(), &nodes(2), &[mobile(3, "node-0", &["node-9"])]).unwrap_err();
+        assert!(matches!(err, PlanError::UnknownNode { .. }), "{err}");
     }
 
     #[test]

@@ -300,6 +300,7 @@ fn port(i: u8, node: &str) -> PortSpec {
         also_on: vec![],
         dhcp: true,
         marking: (i == 1).then(|| "lowlatency".parse().unwrap()),
+        mobile: false,
     }
 }
 
@@ -785,6 +786,7 @@ fn vlan_port(i: u8, node: &str) -> PortSpec {
         also_on: vec![],
         dhcp: i % 2 == 1,
         marking: None,
+        mobile: false,
     }
 }
 

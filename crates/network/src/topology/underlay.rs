@@ -119,18 +119,6 @@ pub fn vlan_port_name(port: &str) -> String {
     port.to_string()
 }
 
-/// The `requested-chassis` of a VLAN port: its node, then its migration targets
-/// (comma-separated, without repeats).
-fn requested_chassis(p: &PortSpec) -> String {
-    let mut seen = std::collections::BTreeSet::new();
-    std::iter::once(&p.node)
-        .chain(&p.also_on)
-        .filter(|n| seen.insert(n.as_str()))
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// The DHCP row of a VLAN workload: `cidr` = the subnet (OVN derives the offered mask from
 /// it), `router` = the gateway, no classless routes (the gateway is on-link).
 ///
@@ -193,7 +181,7 @@ pub fn plan_underlay(spec: &UnderlaySpec, ports: &[PortSpec]) -> Result<Topology
                 kind: SwitchPortKind::Workload {
                     mac: p.mac,
                     ip: p.ip,
-                    requested_chassis: requested_chassis(p),
+                    requested_chassis: super::overlay::requested_chassis(p),
                     dhcp,
                 },
             },
@@ -235,6 +223,7 @@ mod tests {
             also_on: vec![],
             dhcp: true,
             marking: None,
+            mobile: false,
         }
     }
 

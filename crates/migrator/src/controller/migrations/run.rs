@@ -24,7 +24,8 @@ use crate::core::migration::observe::{
 };
 use crate::core::migration::{Action, Decision, GuestAt, Job, Observed, Phase, RouteAt};
 use crate::core::vm::{
-    Placement, When, flipped_in_pause, moves, nics_of_addresses, ports_on, route_at,
+    Placement, When, activated_on_target, flipped_in_pause, moves, nics_of_addresses, ports_on,
+    route_at,
 };
 use crate::error::{Error, Result};
 
@@ -171,7 +172,10 @@ impl Run {
             m,
             &self.source_client,
             after,
-            flipped_in_pause(&self.placements),
+            (
+                flipped_in_pause(&self.placements),
+                activated_on_target(&self.placements),
+            ),
             &self.source,
             &self.target,
             (self.client(ip)?, self.target_pod.clone()),

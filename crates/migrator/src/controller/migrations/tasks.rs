@@ -298,15 +298,49 @@ async fn flip_at_pause(
     (switchover_ms, synced)
 }
 
-/// Long-poll the source shim's events; at `suspended-for-migration` flip the routes (the
-/// VM's overlay Addresses) to the target at once and record how long that took.
+/// How long the switchover's figure waits for the target to activate the VM's ports.
+const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Record, in the migration's status, pause → the target chassis activated every one of the
+/// multi-chassis `ports` (the guest's RARP came in: the network is at the target).
+fn spawn_activation_figure(
+    ctx: &Arc<Context>,
+    m: &VirtualMachineMigration,
+    ports: Vec<String>,
+    target_node: &str,
+    paused_at_ns: u64,
+) {
+    let (ctx, m, target) = (ctx.clone(), m.clone(), target_node.to_string());
+    tokio::spawn(async move {
+        let Some(_) = ovn::wait_for_activation(&ctx, &ports, &target, ACTIVATION_TIMEOUT).await
+        else {
+            tracing::debug!(migration = %m.name_any(), "no activation figure (no SB, or not activated in time)");
+            return;
+        };
+        let ms = unix_ns().saturating_sub(paused_at_ns) / 1_000_000;
+        tracing::info!(migration = %m.name_any(), switchover_ms = ms, "the target activated the VM's ports");
+        let api: Api<VirtualMachineMigration> =
+            Api::namespaced(ctx.client.clone(), &m.namespace().unwrap_or_default());
+        let _ = api
+            .patch_status(
+                &m.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"switchoverMs": ms}})),
+            )
+            .await;
+    });
+}
+
+/// Long-poll the source shim's events; at `suspended-for-migration` flip the routed
+/// Addresses (`flipped`) to the target at once, or time the target's activation of the
+/// multi-chassis ports (`activated`), and record how long that took.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn spawn_switchover(
     ctx: &Arc<Context>,
     m: &VirtualMachineMigration,
     source: &ShimClient,
     after: u64,
-    addresses: Vec<String>,
+    (addresses, activated): (Vec<String>, Vec<String>),
     source_node: &str,
     target_node: &str,
     (target_client, target_pod): (ShimClient, String),
@@ -351,9 +385,18 @@ pub(super) fn spawn_switchover(
                             Wait::Landed,
                             &l,
                         );
+                        if !activated.is_empty() {
+                            // multi-chassis ports: the target's binding activates on the
+                            // guest's RARP, nothing to change here; time it
+                            spawn_activation_figure(
+                                &ctx,
+                                &m,
+                                activated.clone(),
+                                &target_node,
+                                e.at_unix_ns,
+                            );
+                        }
                         if addresses.is_empty() {
-                            // VLAN ports only: the target's binding activates on the guest's
-                            // RARP, there is no route to flip
                             continue;
                         }
                         let (switchover_ms, chassis_sync_ms) = flip_at_pause(

@@ -196,7 +196,10 @@ fn nics_are_per_interface_in_order_with_their_own_tap_and_port() {
         ("eth0", "100.64.0.20")
     );
     assert_eq!(n[0].tap, tap_name(VM));
-    assert_eq!(n[0].ovn_port, "ovl-100-64-0-20.node-a", "overlay: per node");
+    assert_eq!(
+        n[0].ovn_port, "ovl-100-64-0-20",
+        "overlay: one mobile port, whatever the node"
+    );
     assert_eq!(
         (n[1].name.as_str(), n[1].ip.as_str()),
         ("eth1", "10.250.116.30")
@@ -204,9 +207,9 @@ fn nics_are_per_interface_in_order_with_their_own_tap_and_port() {
     assert_eq!(n[1].tap, format!("{}1", tap_name(VM)));
     assert!(n[1].tap.len() <= 15);
     assert_eq!(n[1].ovn_port, "v116-10-250-116-30", "VLAN: one port");
-    // on the target: the overlay port is the target's, the VLAN port the same
+    // on the target: the same ports (bound on both chassis while the VM migrates)
     let t = nics_of_addresses(VM, "node-b", &[&a1, &a0]);
-    assert_eq!(t[0].ovn_port, "ovl-100-64-0-20.node-b");
+    assert_eq!(t[0].ovn_port, "ovl-100-64-0-20");
     assert_eq!(t[1].ovn_port, "v116-10-250-116-30");
     assert_eq!(
         t.iter().map(|n| &n.tap).collect::<Vec<_>>(),
@@ -250,8 +253,8 @@ fn moved(m: &[Move]) -> Vec<(&str, &str, Vec<&str>)> {
 fn a_switchover_flips_overlay_routes_in_the_pause_and_leaves_vlan_ports_multi_chassis() {
     let (a, b) = ("node-a", "node-b");
     let start = [
-        place("ovl", Attach::Overlay, a, &[]),
-        place("vlan", Attach::Vlan, a, &[]),
+        place("ovl", Attach::Routed, a, &[]),
+        place("vlan", Attach::MultiChassis, a, &[]),
     ];
     assert_eq!(route_at(&start, b), RouteAt::Source);
     assert!(!ports_on(&start, b));
@@ -259,8 +262,8 @@ fn a_switchover_flips_overlay_routes_in_the_pause_and_leaves_vlan_ports_multi_ch
     let m = moves(&start, When::PrepareTarget, a, b);
     assert_eq!(moved(&m), [("ovl", a, vec![b]), ("vlan", a, vec![b])]);
     let copying = [
-        place("ovl", Attach::Overlay, a, &[b]),
-        place("vlan", Attach::Vlan, a, &[b]),
+        place("ovl", Attach::Routed, a, &[b]),
+        place("vlan", Attach::MultiChassis, a, &[b]),
     ];
     assert!(ports_on(&copying, b));
     assert!(
@@ -272,8 +275,8 @@ fn a_switchover_flips_overlay_routes_in_the_pause_and_leaves_vlan_ports_multi_ch
     assert_eq!(moved(&m), [("ovl", b, vec![a])]);
     assert_eq!(flipped_in_pause(&copying), ["ovl"]);
     let paused = [
-        place("ovl", Attach::Overlay, b, &[a]),
-        place("vlan", Attach::Vlan, a, &[b]),
+        place("ovl", Attach::Routed, b, &[a]),
+        place("vlan", Attach::MultiChassis, a, &[b]),
     ];
     assert_eq!(
         route_at(&paused, b),
@@ -286,8 +289,8 @@ fn a_switchover_flips_overlay_routes_in_the_pause_and_leaves_vlan_ports_multi_ch
     assert_eq!(moved(&m), [("vlan", b, vec![a])]);
     // succeeded: single-chassis once the source pod is gone
     let on_b = [
-        place("ovl", Attach::Overlay, b, &[a]),
-        place("vlan", Attach::Vlan, b, &[a]),
+        place("ovl", Attach::Routed, b, &[a]),
+        place("vlan", Attach::MultiChassis, b, &[a]),
     ];
     assert!(moves(&on_b, When::Succeeded { source_pod: true }, a, b).is_empty());
     let m = moves(&on_b, When::Succeeded { source_pod: false }, a, b);
@@ -298,8 +301,8 @@ fn a_switchover_flips_overlay_routes_in_the_pause_and_leaves_vlan_ports_multi_ch
 fn a_failed_copy_goes_back_to_the_source_everywhere() {
     let (a, b) = ("node-a", "node-b");
     let paused = [
-        place("ovl", Attach::Overlay, b, &[a]),
-        place("vlan", Attach::Vlan, a, &[b]),
+        place("ovl", Attach::Routed, b, &[a]),
+        place("vlan", Attach::MultiChassis, a, &[b]),
     ];
     let m = moves(&paused, When::GuestOnSource, a, b);
     assert_eq!(moved(&m), [("ovl", a, vec![b])]);
@@ -314,14 +317,14 @@ fn a_failed_copy_goes_back_to_the_source_everywhere() {
 #[test]
 fn a_vlan_only_vm_routes_by_its_ports() {
     let (a, b) = ("node-a", "node-b");
-    let copying = [place("vlan", Attach::Vlan, a, &[b])];
+    let copying = [place("vlan", Attach::MultiChassis, a, &[b])];
     assert_eq!(route_at(&copying, b), RouteAt::Source);
     assert!(
         moves(&copying, When::Paused, a, b).is_empty(),
         "RARP activates it"
     );
     assert!(flipped_in_pause(&copying).is_empty());
-    let on_b = [place("vlan", Attach::Vlan, b, &[a])];
+    let on_b = [place("vlan", Attach::MultiChassis, b, &[a])];
     assert_eq!(route_at(&on_b, b), RouteAt::Target);
     assert_eq!(
         route_at(&[], b),
@@ -350,7 +353,13 @@ fn placements_read_the_address() {
     });
     a.metadata.annotations = Some([(ALSO_ON.to_string(), "node-b".to_string())].into());
     let p = Placement::of(&a);
-    assert_eq!(p.attach, Attach::Vlan);
+    assert_eq!(p.attach, Attach::MultiChassis);
+    // a VM's overlay address too (a mobile port); a pod's is routed
+    let mut o = held(&r[0], 41, "node-a");
+    o.spec.vlan = None;
+    assert_eq!(Placement::of(&o).attach, Attach::MultiChassis);
+    o.spec.owner = Some("ns-web".into());
+    assert_eq!(Placement::of(&o).attach, Attach::Routed);
     assert_eq!(p.host.as_deref(), Some("node-a"));
     assert_eq!(p.also_on, ["node-b"]);
 }
