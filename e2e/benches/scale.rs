@@ -11,8 +11,8 @@
 //!   ovn-controller installs the new flows. Measured: the ping silence, and when each chassis
 //!   reported the flip installed (`Chassis_Private:nb_cfg_timestamp`, ovn-controller's own
 //!   clock on this machine) after the commit.
-//! - **RARP activation** (multi-chassis port binding): the port is requested on both chassis
-//!   beforehand (`requested-chassis=from,to`, `activation-strategy=rarp`); at the switch the
+//! - **RARP activation** (a VM's mobile port, multi-chassis): the port is requested on both
+//!   chassis beforehand (`requested-chassis=from,to`, `activation-strategy=rarp`); at the switch the
 //!   old side goes silent and the new side sends the RARP QEMU sends when a migrated guest
 //!   lands; the target's ovn-controller unblocks the port by itself, no NB change.
 //!   Measured: the ping silence.
@@ -29,7 +29,7 @@ use roam_e2e::{
     plug_netns, run, scale_nodes, scale_spec, sync_hv, try_run, wait_until,
 };
 use roam_network::northbound::flip_route_marked;
-use roam_network::topology::{PortSpec, overlay_port_name};
+use roam_network::topology::{PortSpec, mobile_port_name, overlay_port_name};
 use roam_ovsdb::{Client, ops};
 use serde_json::Value;
 
@@ -283,9 +283,12 @@ fn main() {
     let flip_port = PortBuilder::new("fl", FLIP_IP, "node-a")
         .also_on(&["node-b"])
         .build();
-    let mc_port = PortBuilder::new("mc", MC_IP, "node-a").build();
+    let mc_port = PortSpec {
+        mobile: true,
+        ..PortBuilder::new("mc", MC_IP, "node-a").build()
+    };
     let extra = vec![client_port.clone(), flip_port.clone(), mc_port.clone()];
-    let mc_lsp = overlay_port_name("mc", "node-a");
+    let mc_lsp = mobile_port_name("mc");
     let nodes = scale_nodes();
 
     let mut all = vec![];

@@ -31,11 +31,6 @@ pub fn delta(known: &BTreeMap<String, PortSpec>, wanted: &[PortSpec]) -> Delta {
         .filter(|p| !known.contains_key(&p.name))
         .cloned()
         .collect();
-    // the first mobile port brings its switch and the fabric's port to it, which an
-    // additions-only transaction does not create
-    if new.iter().any(|p| p.mobile) && !known.values().any(|p| p.mobile) {
-        return Delta::Full;
-    }
     if new.is_empty() {
         Delta::Nothing
     } else {
@@ -128,23 +123,18 @@ mod tests {
     }
 
     #[test]
-    fn the_first_mobile_port_is_a_full_reconcile_the_next_ones_are_additions() {
+    fn a_mobile_port_is_an_addition_like_any_other() {
         let mobile = |i, node| PortSpec {
             mobile: true,
             ..port(i, node)
         };
-        let mut known: BTreeMap<String, PortSpec> = [port(10, "a")]
+        let known: BTreeMap<String, PortSpec> = [port(10, "a")]
             .into_iter()
             .map(|p| (p.name.clone(), p))
             .collect();
         assert_eq!(
             delta(&known, &[port(10, "a"), mobile(11, "b")]),
-            Delta::Full
-        );
-        known.insert("p11".into(), mobile(11, "b"));
-        assert_eq!(
-            delta(&known, &[port(10, "a"), mobile(11, "b"), mobile(12, "a")]),
-            Delta::Add(vec![mobile(12, "a")])
+            Delta::Add(vec![mobile(11, "b")])
         );
     }
 

@@ -711,7 +711,8 @@ pub fn plan_overlay_with(
     let join_ip: BTreeMap<&str, Ipv4Addr> =
         nodes.iter().map(|n| (n.name.as_str(), n.join_ip)).collect();
     let mobile_gw = mobile_gateway_port_name(net);
-    let mut mobile = ports.iter().any(|p| p.mobile).then(|| {
+    // always there (a parent the incremental sync can rely on), even before its first VM
+    let mut mobile = {
         let name = mobile_switch_name(net);
         fabric.ports.insert(
             mobile_gw.clone(),
@@ -736,7 +737,7 @@ pub fn plan_overlay_with(
             },
         );
         ls
-    });
+    };
     for p in ports {
         let host = Ipv4Net::new(p.ip, 32).expect("/32 is valid");
         let dhcp = if p.dhcp {
@@ -754,7 +755,7 @@ pub fn plan_overlay_with(
         };
         if p.mobile {
             // one port wherever the workload runs; its route never moves
-            let ls = mobile.as_mut().expect("created: a mobile port exists");
+            let ls = &mut mobile;
             let lsp = mobile_port_name(&p.name);
             ls.ports.insert(
                 lsp.clone(),
@@ -830,9 +831,7 @@ pub fn plan_overlay_with(
     if let Some(e) = &extras.egress {
         super::egress::plan(spec, &mut t, &mut join, &mut fabric, e);
     }
-    if let Some(ls) = mobile {
-        t.switches.insert(ls.name.clone(), ls);
-    }
+    t.switches.insert(mobile.name.clone(), mobile);
     t.switches.insert(join_name, join);
     t.routers.insert(fabric_name, fabric);
     Ok(t)
@@ -1115,12 +1114,16 @@ mod tests {
     }
 
     #[test]
-    fn the_mobile_switch_exists_only_with_mobile_ports_and_carries_their_marking() {
+    fn every_overlay_has_its_mobile_switch_which_carries_its_ports_marking() {
         let ns = nodes(2);
-        let t = plan_overlay(&spec(), &ns, &[port(1, "node-0")]).unwrap();
-        assert!(!t.switches.contains_key("ovl-mobile"));
+        let t = plan_overlay(&spec(), &ns, &[]).unwrap();
+        assert_eq!(
+            t.switches["ovl-mobile"].ports.keys().collect::<Vec<_>>(),
+            ["ovl-mobile-gw"],
+            "before its first VM: the switch and its gateway"
+        );
         assert!(
-            !t.routers["ovl-fabric"]
+            t.routers["ovl-fabric"]
                 .ports
                 .contains_key("ovl-fabric-mobile")
         );

@@ -336,10 +336,10 @@ fn from_nothing_everything_is_inserted_in_one_go() {
     assert!(ops.iter().all(|o| o["op"] == "insert"), "{ops:#?}");
     let r = ReconcileReport::from_ops(&ops);
     let ins = |t: &str| r.table(t).inserted;
-    assert_eq!(ins("Logical_Switch"), 3); // two node switches + join
+    assert_eq!(ins("Logical_Switch"), 4); // two node switches + join + mobile
     assert_eq!(ins("Logical_Router"), 3); // two node routers + fabric
-    assert_eq!(ins("Logical_Router_Port"), 5);
-    assert_eq!(ins("Logical_Switch_Port"), 2 + 3 + 2); // gw peers, join peers, workloads
+    assert_eq!(ins("Logical_Router_Port"), 6);
+    assert_eq!(ins("Logical_Switch_Port"), 3 + 3 + 2); // gw peers, join peers, workloads
     assert_eq!(ins("Logical_Router_Static_Route"), 4 + 2 + 2);
     assert_eq!(ins("DHCP_Options"), 2);
     assert_eq!(ins("QoS"), 1);
@@ -669,7 +669,7 @@ fn garbage_switches_routers_and_duplicates_are_deleted() {
     assert_eq!(r.totals().inserted, 0);
     db.apply(&ops);
     assert!(diff(&db.state(), &t, NET).is_empty());
-    assert_eq!(db.state().switches.len(), 3);
+    assert_eq!(db.state().switches.len(), 4);
 }
 
 #[test]
