@@ -4,8 +4,8 @@
 //! streams TCP to its echo port. Per run: libvirt's downtime (the target's completed job),
 //! the network blackout (the longest gap between two ping replies), their ratio, the
 //! guest's pause as the shims saw it (`status.pauseMs`) and the blackout over it, whether the
-//! TCP stream survived (every byte echoed, no reset), the route switchover (pause event →
-//! the flip committed in OVN) and the chassis' catching up (→ every chassis reports it), and
+//! TCP stream survived (every byte echoed, no reset), the switchover (pause event → the
+//! target's OVN agent carries the VM's ports, from the southbound database), and
 //! annotate→Succeeded minus libvirt's job time (the controller's overhead); a guest that
 //! rebooted (its init's marker twice in its serial log) is flagged. The summary prints each
 //! against its target: blackout/downtime ≤ 1.3, the pings at the target before QEMU resumes
@@ -595,7 +595,7 @@ fn main() {
     let client = rt.block_on(lab.kube_client());
     let b = boot(&lab);
     println!(
-        "{:>3} {:>13} {:>10} {:>12} {:>6} {:>9} {:>6} {:>9} {:>8} {:>8} {:>10} {:>13} {:>12} {:>9} {:>11}  guest",
+        "{:>3} {:>13} {:>10} {:>12} {:>6} {:>9} {:>6} {:>9} {:>8} {:>8} {:>10} {:>13} {:>12} {:>11}  guest",
         "run",
         "route",
         "downtime",
@@ -609,7 +609,6 @@ fn main() {
         "net ready",
         "tcp",
         "switchover",
-        "chassis",
         "overhead"
     );
     let mut pause_ratios = vec![];
@@ -726,7 +725,7 @@ fn main() {
         overheads.push(overhead);
         survived += ok as usize;
         println!(
-            "{:>3} {:>13} {:>8}ms {:>10.1}ms {:>6.2} {:>7}ms {:>6.2} {:>9} {:>8} {:>8} {:>10} {:>13} {:>10}ms {:>7}ms {:>9}ms  {}",
+            "{:>3} {:>13} {:>8}ms {:>10.1}ms {:>6.2} {:>7}ms {:>6.2} {:>9} {:>8} {:>8} {:>10} {:>13} {:>10}ms {:>9}ms  {}",
             i + 1,
             format!("{from}→{to}"),
             downtime,
@@ -740,7 +739,6 @@ fn main() {
             part(seen, |p| p.reached),
             if ok { "survived" } else { "BROKEN" },
             st["switchoverMs"].as_u64().map(|v| v as i64).unwrap_or(-1),
-            st["chassisSyncMs"].as_u64().map(|v| v as i64).unwrap_or(-1),
             overhead,
             if rebooted { "REBOOTED" } else { "ran on" }
         );

@@ -43,6 +43,9 @@ pub mod path {
     pub const ABORT: &str = "/v1/abort";
     /// `GET`: lifecycle events (long poll).
     pub const EVENTS: &str = "/v1/events";
+    /// `POST`: a migration's target announces the VM's NICs now (the pause), so that OVN
+    /// carries their traffic here before QEMU resumes the guest.
+    pub const ANNOUNCE: &str = "/v1/announce";
 }
 
 /// Longest long-poll wait the server grants.
@@ -145,6 +148,14 @@ pub struct Prepared {
     /// Every NIC's tap and OVN port, in the guest's order (the first is `tap`/`ovn_port`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nics: Vec<PreparedNic>,
+}
+
+/// `POST /v1/announce` answer: the OVN ports a RARP was handed to OVS for, as if the guest
+/// had sent it from each NIC.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Announced {
+    /// The OVN logical ports announced.
+    pub ports: Vec<String>,
 }
 
 /// One NIC's plumbing on a migration's target.

@@ -12,7 +12,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
 
-use crate::api::{self, ApiError, Events, Health, Job, MigrateRequest, Prepared, Status, path};
+use crate::api::{
+    self, Announced, ApiError, Events, Health, Job, MigrateRequest, Prepared, Status, path,
+};
 use crate::{Error, Result};
 
 /// An error with its causes: hyper's own message ("client error (Connect)") says little.
@@ -143,6 +145,12 @@ impl ShimClient {
     /// `POST /v1/abort`.
     pub async fn abort(&self) -> Result<Job> {
         self.call(Method::POST, path::ABORT, None, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `POST /v1/announce` (on a migration's target, at the pause).
+    pub async fn announce(&self) -> Result<Announced> {
+        self.call(Method::POST, path::ANNOUNCE, None, REQUEST_TIMEOUT)
             .await
     }
 

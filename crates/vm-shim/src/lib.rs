@@ -16,6 +16,7 @@
 //! - [`shim`]: the runtime (libvirt connection, boot / re-attach, migration jobs, event log);
 //! - [`server`]: the HTTP/1.1 JSON API;
 //! - [`net`]: the tap and its OVS port;
+//! - [`openflow`]: a frame handed to OVS as if from a port (the target's RARP at the pause);
 //! - [`sys`]: the crate's only `unsafe` code (libvirt events and job control, TUN ioctls),
 //!   behind safe functions.
 #![warn(missing_docs)]
@@ -26,6 +27,7 @@ pub mod domain;
 mod error;
 pub mod events;
 pub mod net;
+pub mod openflow;
 pub mod server;
 pub mod shim;
 pub mod spec;

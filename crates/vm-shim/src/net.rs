@@ -158,6 +158,29 @@ pub async fn ensure_ovs_port(db: &str, bridge: &str, port: &str, iface_id: &str)
     Ok(())
 }
 
+/// The OpenFlow port number ovs-vswitchd gave interface `port` (`None`: no such interface,
+/// or not (yet) attached).
+pub async fn ofport(db: &str, port: &str) -> Result<Option<u16>> {
+    let client = ovs(db).await?;
+    let ifaces: Vec<ovsdb::vswitch::Interface> =
+        ovsdb::select_where(&client, vec![ops::cond("name", "==", json!(port))])
+            .await
+            .map_err(|e| Error::plumbing(format!("read {port}'s OpenFlow port"), e))?;
+    Ok(ifaces
+        .first()
+        .and_then(|i| i.ofport)
+        .and_then(|p| u16::try_from(p).ok())
+        .filter(|p| *p > 0))
+}
+
+/// The OpenFlow management socket of `bridge` for the Open_vSwitch database `db`
+/// (`unix:<rundir>/db.sock` → `<rundir>/<bridge>.mgmt`); `None` for a database reached over
+/// TCP (the switch's run directory is then unknown).
+pub fn mgmt_socket(db: &str, bridge: &str) -> Option<std::path::PathBuf> {
+    let sock = std::path::Path::new(db.strip_prefix("unix:")?);
+    Some(sock.parent()?.join(format!("{bridge}.mgmt")))
+}
+
 /// Remove `port` from `bridge` (OVS then drops its Port and Interface rows).
 pub async fn remove_ovs_port(db: &str, bridge: &str, port: &str) -> Result<()> {
     let client = ovs(db).await?;

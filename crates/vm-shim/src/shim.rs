@@ -336,6 +336,39 @@ impl Shim {
         Ok(())
     }
 
+    /// `POST /v1/announce`: on a migration's target, hand OVS each NIC's RARP as if the guest
+    /// had sent it, so that OVN activates the VM's ports here at once (at the pause) rather
+    /// than when QEMU, once it resumes the guest, sends its own. Only while an incoming
+    /// migration is expected.
+    pub async fn announce(&self) -> Result<api::Announced> {
+        if !lock(&self.inner.state).incoming {
+            return Err(Error::Conflict(
+                "no incoming migration here: only a migration's target announces".into(),
+            ));
+        }
+        let cfg = &self.inner.cfg;
+        let mgmt = net::mgmt_socket(&cfg.ovs_db, &cfg.bridge).ok_or_else(|| {
+            Error::Conflict(format!(
+                "the OVS database {} is not a unix socket: its bridge's management socket is \
+                 unknown",
+                cfg.ovs_db
+            ))
+        })?;
+        let mut ports = vec![];
+        for (nic, port) in cfg.vm.nics.iter().zip(&cfg.ovn_ports) {
+            let what = || format!("announce {} on {}", nic.mac, nic.tap);
+            let ofport = net::ofport(&cfg.ovs_db, &nic.tap)
+                .await?
+                .ok_or_else(|| Error::plumbing(what(), "its OVS interface has no OpenFlow port"))?;
+            crate::openflow::packet_in_as_if_from(&mgmt, ofport, &crate::openflow::rarp(&nic.mac))
+                .await
+                .map_err(|e| Error::plumbing(what(), e))?;
+            ports.push(port.clone());
+        }
+        tracing::info!(vm = %self.name(), ?ports, "announced on the target");
+        Ok(api::Announced { ports })
+    }
+
     /// Ask libvirt for the domain's state and remember the answer (unless a lifecycle event
     /// came in meanwhile: it is newer). One query at a time; while one is in flight, or if
     /// it takes longer than [`STATUS_LIBVIRT_BOUND`], the last known state is the answer.

@@ -79,13 +79,11 @@ pub struct VirtualMachineMigrationStatus {
     /// libvirt's measured VM downtime in ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub downtime_ms: Option<u64>,
-    /// From the source's pause to the route flip committed in OVN, in ms.
+    /// From the source's pause to the target's OVN agent carrying every one of the VM's
+    /// ports (activated by the guest's RARP, as the southbound database shows it), in ms;
+    /// recorded when the controller reads the southbound database (`--sb`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switchover_ms: Option<u64>,
-    /// From the flip committed to every chassis reporting it in its data plane
-    /// (`NB_Global:hv_cfg`), in ms.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chassis_sync_ms: Option<u64>,
     /// The guest's pause as the shims saw it, in ms: the source's `suspended-for-migration`
     /// event to the target's `resumed-after-migration` event. Longer than `downtimeMs`
     /// (QEMU's figure) by libvirt's hand-over to the target; unknown when the controller

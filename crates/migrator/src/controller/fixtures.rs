@@ -670,6 +670,7 @@ async fn shim_answer(
             st.migrate = Some(req);
             json!(j)
         }
+        (Method::POST, path::ANNOUNCE) => json!({"ports": ["announced"]}),
         (Method::POST, path::ABORT) => {
             let mut st = s.lock().expect("shim state");
             let j = st.status.job.as_mut().expect("a job to abort");

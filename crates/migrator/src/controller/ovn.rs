@@ -14,10 +14,9 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use kube::ResourceExt;
-use roam_network::northbound::{apply, flip_route, flip_route_marked, read_actual, reconcile};
+use roam_network::northbound::{apply, flip_route, read_actual, reconcile};
 use roam_network::topology::{
-    ActualState, Flip, NodeSpec, PortSpec, Topology, check, diff, plan_overlay, plan_underlay,
+    ActualState, NodeSpec, PortSpec, Topology, check, diff, plan_overlay, plan_underlay,
 };
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -444,45 +443,6 @@ pub(super) async fn route_flips(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiv
     }
 }
 
-/// The switchover's flip, ahead of the Address's write: `a` (overlay) moves from `from` to
-/// `to` in OVN now, in one transaction that also marks the change for
-/// [`wait_for_chassis`]. The caller shows the moved Address to the syncer
-/// ([`super::Tentative`]) until its write lands, so no reconcile undoes the flip in between.
-pub(super) async fn flip_ahead(
-    ctx: &Context,
-    a: &Address,
-    from: &str,
-    to: &str,
-) -> Result<(Flip, Option<i64>)> {
-    let network = &a.spec.network;
-    let (f, t) = node_pair(ctx, network, from, to).ok_or_else(|| {
-        Error::Conflict(format!(
-            "address {}: network {network} is not an overlay with nodes {from} and {to}",
-            a.name_any()
-        ))
-    })?;
-    let ip = a.spec.ip.parse().map_err(|_| {
-        Error::Conflict(format!(
-            "address {}: IP {:?} is not IPv4",
-            a.name_any(),
-            a.spec.ip
-        ))
-    })?;
-    let flip = flip_route_marked(&ctx.nb.client()?, network, ip, &f, &t).await?;
-    wrote_behind(ctx, network);
-    ctx.metrics.count("route_flips", "switchover");
-    Ok(flip)
-}
-
-/// Wait until every chassis has applied northbound change `nb_cfg` (a [`flip_ahead`]'s).
-pub(super) async fn wait_for_chassis(
-    ctx: &Context,
-    nb_cfg: i64,
-    timeout: Duration,
-) -> Result<Duration> {
-    Ok(roam_network::northbound::wait_for_chassis(&ctx.nb.client()?, nb_cfg, timeout).await?)
-}
-
 /// How often [`wait_for_activation`] reads the SB.
 const ACTIVATION_POLL: Duration = Duration::from_millis(2);
 
@@ -520,11 +480,4 @@ pub(super) async fn wait_for_activation(
         tokio::time::sleep(ACTIVATION_POLL).await;
     }
     None
-}
-
-/// Ask for a reconcile of `network` that re-reads its rows first (something wrote them
-/// behind the syncer's back, e.g. a flip whose Address write then failed).
-pub(super) fn request_full(ctx: &Arc<Context>, network: &str) -> u64 {
-    syncer(ctx, network).full.store(true, Ordering::SeqCst);
-    request(ctx, network)
 }

@@ -1,9 +1,8 @@
 //! A VirtualMachine's interfaces, pure: which Addresses it needs (one per interface, each on
 //! its own Network), the NICs its launcher gets, and per interface what a migration does to
 //! its Address at each step. A VM's address (overlay or VLAN) is one multi-chassis port
-//! (`requested-chassis=src,dst`, activated on the target by the guest's RARP) that is left
-//! alone in the pause and made single-chassis once the migration is over; a routed /32 (a
-//! per-node port, as a pod's) would flip to the target in the pause window.
+//! (`requested-chassis=src,dst`, activated on the target by the guest's RARP) whose route
+//! never moves: left alone in the pause, made single-chassis once the migration is over.
 
 use std::collections::BTreeMap;
 
@@ -312,26 +311,12 @@ impl PortBook {
 
 // ---- migration: per Address ----
 
-/// How an Address is attached, which decides what a switchover does with it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Attach {
-    /// A /32 whose route points at its host's node (a per-node port): flipped in the pause
-    /// window.
-    Routed,
-    /// One port whatever the node (a VLAN address; a VM's overlay address on the network's
-    /// mobile switch): multi-chassis while migrating, the target's binding activated by the
-    /// guest's RARP; nothing changes in the pause.
-    MultiChassis,
-}
-
 /// Where one of the VM's Addresses is now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
     /// The Address.
     pub address: String,
-    /// Routed or multi-chassis.
-    pub attach: Attach,
-    /// Its host (a routed /32's node; a multi-chassis port's main chassis).
+    /// Its host: its port's main chassis.
     pub host: Option<String>,
     /// The other nodes its port is on (`roam.dev/also-on`).
     pub also_on: Vec<String>,
@@ -342,11 +327,6 @@ impl Placement {
     pub fn of(a: &Address) -> Placement {
         Placement {
             address: a.metadata.name.clone().unwrap_or_default(),
-            attach: if a.spec.vlan.is_some() || super::claim::is_vm_address(&a.spec) {
-                Attach::MultiChassis
-            } else {
-                Attach::Routed
-            },
             host: a.spec.host.clone(),
             also_on: super::claim::also_on(a),
         }
@@ -369,10 +349,6 @@ pub struct Move {
 pub enum When {
     /// Before the target pod: every port on the target too (VLAN: multi-chassis).
     PrepareTarget,
-    /// The source paused for the final copy: the routed /32s flip to the target; the
-    /// multi-chassis ports stay as they are (the target's binding activates on the guest's
-    /// RARP).
-    Paused,
     /// The guest runs on the target: every Address's host is the target, the source keeps
     /// its port until its pod is gone.
     GuestOnTarget,
@@ -404,10 +380,6 @@ pub fn moves(addrs: &[Placement], when: When, source: &str, target: &str) -> Vec
         .filter_map(|p| {
             let (host, also_on) = match when {
                 When::PrepareTarget => to(source, &[target]),
-                When::Paused => match p.attach {
-                    Attach::Routed => to(target, &[source]),
-                    Attach::MultiChassis => return None,
-                },
                 When::GuestOnTarget => to(target, &[source]),
                 When::GuestOnSource => to(source, &[target]),
                 When::TargetGone | When::RolledBack => to(source, &[]),
@@ -425,19 +397,10 @@ pub fn moves(addrs: &[Placement], when: When, source: &str, target: &str) -> Vec
         .collect()
 }
 
-/// Where the VM's routes point: at the target once every routed /32 does (a VM with only
-/// multi-chassis ports: once every port's host is the target), else at the source.
+/// Where the VM's ports point: at the target once every port's host (its main chassis) is
+/// the target, else at the source.
 pub fn route_at(addrs: &[Placement], target: &str) -> RouteAt {
-    let overlay: Vec<&Placement> = addrs
-        .iter()
-        .filter(|p| p.attach == Attach::Routed)
-        .collect();
-    let considered: Vec<&Placement> = if overlay.is_empty() {
-        addrs.iter().collect()
-    } else {
-        overlay
-    };
-    if !considered.is_empty() && considered.iter().all(|p| p.host.as_deref() == Some(target)) {
+    if !addrs.is_empty() && addrs.iter().all(|p| p.host.as_deref() == Some(target)) {
         RouteAt::Target
     } else {
         RouteAt::Source
@@ -452,24 +415,11 @@ pub fn ports_on(addrs: &[Placement], node: &str) -> bool {
             .all(|p| p.host.as_deref() == Some(node) || p.also_on.iter().any(|n| n == node))
 }
 
-/// The ports the guest's RARP activates on the target (the multi-chassis ones, named after
-/// their Address): the switchover's figure is the pause → the target's binding of every one
-/// of them activated.
+/// The ports the guest's RARP activates on the target (every one of the VM's: each is named
+/// after its Address): the switchover's figure is the pause → the target's binding of every
+/// one of them activated.
 pub fn activated_on_target(addrs: &[Placement]) -> Vec<String> {
-    addrs
-        .iter()
-        .filter(|p| p.attach == Attach::MultiChassis)
-        .map(|p| p.address.clone())
-        .collect()
-}
-
-/// The Addresses flipped in the pause window (the routed ones).
-pub fn flipped_in_pause(addrs: &[Placement]) -> Vec<String> {
-    addrs
-        .iter()
-        .filter(|p| p.attach == Attach::Routed)
-        .map(|p| p.address.clone())
-        .collect()
+    addrs.iter().map(|p| p.address.clone()).collect()
 }
 
 /// Account the guest resets a launcher's shim reports (`shim_count` from the shim on `pod`)

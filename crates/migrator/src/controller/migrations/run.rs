@@ -24,8 +24,7 @@ use crate::core::migration::observe::{
 };
 use crate::core::migration::{Action, Decision, GuestAt, Job, Observed, Phase, RouteAt};
 use crate::core::vm::{
-    Placement, When, activated_on_target, flipped_in_pause, moves, nics_of_addresses, ports_on,
-    route_at,
+    Placement, When, activated_on_target, moves, nics_of_addresses, ports_on, route_at,
 };
 use crate::error::{Error, Result};
 
@@ -164,19 +163,15 @@ impl Run {
         })
     }
 
-    /// Start the task that flips the route at the pause, for the source's events after
-    /// `after`.
+    /// Start the task that follows the source's events after `after` (the pause: the
+    /// switchover's figure; the guest landing: the migration can end).
     fn watch_switchover(&self, m: &VirtualMachineMigration, ip: &str, after: u64) -> Result<()> {
         tasks::spawn_switchover(
             &self.ctx,
             m,
             &self.source_client,
             after,
-            (
-                flipped_in_pause(&self.placements),
-                activated_on_target(&self.placements),
-            ),
-            &self.source,
+            activated_on_target(&self.placements),
             &self.target,
             (self.client(ip)?, self.target_pod.clone()),
             &self.local,
@@ -184,7 +179,7 @@ impl Run {
         Ok(())
     }
 
-    /// A restarted controller watches a running job's events again (the switchover flip).
+    /// A restarted controller follows a running job's events again.
     pub(super) async fn watch_running_job(
         &self,
         m: &VirtualMachineMigration,
@@ -260,11 +255,12 @@ impl Run {
                 }
                 Ok(())
             }
-            // in the pause only the /32s flip; once the guest runs there, every port
+            // once the guest runs there, every port's main chassis is the target; in the
+            // pause nothing moves (the target's binding activates on the guest's RARP)
             Action::RouteToTarget if o.guest == GuestAt::Target => {
                 self.apply(When::GuestOnTarget).await
             }
-            Action::RouteToTarget => self.apply(When::Paused).await,
+            Action::RouteToTarget => Ok(()),
             Action::RouteToSource => self.apply(When::GuestOnSource).await,
             Action::DeleteSource => {
                 // the VM is the target's now, then the source pod goes

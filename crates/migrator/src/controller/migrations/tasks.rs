@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::channel::mpsc;
 use kube::api::{Patch, PatchParams};
@@ -17,10 +17,8 @@ use roam_shim_api::events::Lifecycle;
 use serde_json::json;
 use tokio::task::AbortHandle;
 
-use super::writes::move_address;
-use crate::api::{Address, VirtualMachineMigration};
-use crate::controller::{Context, Tentative, ovn};
-use crate::core::claim::ALSO_ON;
+use crate::api::VirtualMachineMigration;
+use crate::controller::{Context, ovn};
 use crate::core::migration::observe::is_shim_of;
 
 /// This process's helpers of the reconcile: the background tasks running and the way they
@@ -210,94 +208,6 @@ pub(super) fn spawn_target_wait(
     });
 }
 
-/// How long the switchover waits for every chassis to report the flip (a figure for the
-/// status, not a step anything waits on).
-const CHASSIS_SYNC_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// At the pause: flip the VM's overlay /32s in OVN now — each moved Address shown to the
-/// syncer until its write lands, the writes in parallel (the reconcile is woken when they
-/// are done) — and time every chassis catching up. Returns (pause → flip committed, flip →
-/// every chassis has it), for the status. A flip that fails is logged: the Addresses'
-/// writes then move the route through the route controller, as they always did, and the
-/// first figure is pause → written.
-async fn flip_at_pause(
-    ctx: &Arc<Context>,
-    (key, m, l): (&str, &VirtualMachineMigration, &Local),
-    addresses: &[String],
-    (source_node, target_node): (&str, &str),
-    paused_at_ns: u64,
-) -> (Option<u64>, Option<u64>) {
-    let moved: Vec<Address> = {
-        let idx = ctx.index.lock().expect("index lock");
-        addresses
-            .iter()
-            .filter_map(|n| idx.address(n))
-            .map(|a| {
-                let mut a = (*a).clone();
-                a.spec.host = Some(target_node.to_string());
-                a.annotations_mut()
-                    .insert(ALSO_ON.into(), source_node.to_string());
-                a
-            })
-            .collect()
-    };
-    let shown: Vec<Tentative> = moved
-        .iter()
-        .map(|a| Tentative::show(ctx, a.clone()))
-        .collect();
-    let mut marks = vec![];
-    for a in &moved {
-        match ovn::flip_ahead(ctx, a, source_node, target_node).await {
-            Ok((_, mark)) => marks.extend(mark),
-            Err(e) => {
-                tracing::warn!(migration = %key, address = %a.name_any(), error = %e, "switchover: no direct flip; the Address write moves the route")
-            }
-        }
-    }
-    let flipped = !moved.is_empty() && marks.len() == moved.len();
-    let since_pause = || unix_ns().saturating_sub(paused_at_ns) / 1_000_000;
-    let flipped_ms = flipped.then(since_pause);
-    let also = [source_node];
-    let writes = async {
-        let r = futures::future::try_join_all(
-            addresses
-                .iter()
-                .map(|a| move_address(ctx, a, target_node, &also)),
-        )
-        .await;
-        let written_ms = since_pause();
-        l.kick(m);
-        r.map(|_| written_ms)
-    };
-    let sync = async {
-        let nb_cfg = marks.iter().copied().max()?;
-        let started = Instant::now();
-        match ovn::wait_for_chassis(ctx, nb_cfg, CHASSIS_SYNC_TIMEOUT).await {
-            Ok(took) => Some(took.as_millis() as u64),
-            Err(e) => {
-                tracing::warn!(migration = %key, error = %e, waited = ?started.elapsed(), "switchover: the chassis did not all report the flip");
-                None
-            }
-        }
-    };
-    let (written, synced) = tokio::join!(writes, sync);
-    // the syncer sees the Addresses as written (or not) from here on
-    drop(shown);
-    // without a direct flip the route moved with the write (the route controller's flip)
-    let switchover_ms = match written {
-        Ok(written_ms) => flipped_ms.or(Some(written_ms)),
-        Err(e) => {
-            tracing::warn!(migration = %key, error = %e, "switchover: Address write failed; OVN is re-read");
-            for a in &moved {
-                ovn::request_full(ctx, &a.spec.network);
-            }
-            flipped_ms
-        }
-    };
-    tracing::info!(migration = %key, ?switchover_ms, chassis_sync_ms = ?synced, "route flipped in the pause window");
-    (switchover_ms, synced)
-}
-
 /// How long the switchover's figure waits for the target to activate the VM's ports.
 const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -331,26 +241,25 @@ fn spawn_activation_figure(
     });
 }
 
-/// Long-poll the source shim's events; at `suspended-for-migration` flip the routed
-/// Addresses (`flipped`) to the target at once, or time the target's activation of the
-/// multi-chassis ports (`activated`), and record how long that took.
+/// Long-poll the source shim's events; at `suspended-for-migration` (the pause) have the
+/// target announce the VM's NICs (OVN then activates their ports there: nothing changes in
+/// the NB), time that activation (`activated`), and end the migration as soon as the guest
+/// lands.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn spawn_switchover(
     ctx: &Arc<Context>,
     m: &VirtualMachineMigration,
     source: &ShimClient,
     after: u64,
-    (addresses, activated): (Vec<String>, Vec<String>),
-    source_node: &str,
+    activated: Vec<String>,
     target_node: &str,
     (target_client, target_pod): (ShimClient, String),
     local: &Local,
 ) {
     let key = format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any());
-    let (ctx, client, source_node, target_node, l) = (
+    let (ctx, client, target_node, l) = (
         ctx.clone(),
         source.clone(),
-        source_node.to_string(),
         target_node.to_string(),
         local.clone(),
     );
@@ -372,6 +281,13 @@ pub(super) fn spawn_switchover(
                 seq = seq.max(e.seq);
                 match e.kind {
                     Lifecycle::SuspendedForMigration | Lifecycle::SuspendedForPostCopy => {
+                        // the switch: the target announces the VM's NICs now, so that OVN
+                        // activates its ports there before QEMU resumes the guest (else the
+                        // guest's own RARP does, after it resumes)
+                        match target_client.announce().await {
+                            Ok(a) => tracing::debug!(migration = %key, ports = ?a.ports, "announced on the target"),
+                            Err(e) => tracing::warn!(migration = %key, error = %e, "the target did not announce: the guest's own RARP will, once it runs"),
+                        }
                         l.suspended
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())
@@ -386,8 +302,6 @@ pub(super) fn spawn_switchover(
                             &l,
                         );
                         if !activated.is_empty() {
-                            // multi-chassis ports: the target's binding activates on the
-                            // guest's RARP, nothing to change here; time it
                             spawn_activation_figure(
                                 &ctx,
                                 &m,
@@ -396,29 +310,6 @@ pub(super) fn spawn_switchover(
                                 e.at_unix_ns,
                             );
                         }
-                        if addresses.is_empty() {
-                            continue;
-                        }
-                        let (switchover_ms, chassis_sync_ms) = flip_at_pause(
-                            &ctx,
-                            (&key, &m, &l),
-                            &addresses,
-                            (&source_node, &target_node),
-                            e.at_unix_ns,
-                        )
-                        .await;
-                        let api: Api<VirtualMachineMigration> =
-                            Api::namespaced(ctx.client.clone(), &m.namespace().unwrap_or_default());
-                        let _ = api
-                            .patch_status(
-                                &m.name_any(),
-                                &PatchParams::default(),
-                                &Patch::Merge(&json!({"status": {
-                                    "switchoverMs": switchover_ms,
-                                    "chassisSyncMs": chassis_sync_ms,
-                                }})),
-                            )
-                            .await;
                     }
                     Lifecycle::MigratedAway
                     | Lifecycle::Resumed

@@ -243,14 +243,21 @@ async fn the_happy_path_step_by_step() {
     w.reconcile(&r).await;
     w.api.done().await;
 
-    // the pause: the VM's port is bound on both chassis, and the target's binding activates
-    // on the guest's RARP: nothing to write (and without a southbound database, no figure
-    // to record)
+    // the pause: the VM's port is bound on both chassis; the target announces the VM (its
+    // binding there activates on that RARP); nothing to write (and without a southbound
+    // database, no figure to record)
     w.api.expect(Scenario::Steps(vec![]));
+    w.target.take_calls();
     w.source.update(|s| s.status.domain = DomainState::Paused);
     let seq = w.source.event(Lifecycle::SuspendedForMigration);
     w.source.handled(seq).await;
     w.api.done().await;
+    assert!(
+        w.target
+            .take_calls()
+            .contains(&"POST /v1/announce".to_string()),
+        "the target announced at the pause"
+    );
 
     // Migrating → Switchover
     w.api.expect(steps(vec![

@@ -228,10 +228,9 @@ fn interface_names_sort_numerically() {
     assert_eq!(v, ["eth0", "eth2", "eth10"]);
 }
 
-fn place(name: &str, attach: Attach, host: &str, also: &[&str]) -> Placement {
+fn place(name: &str, host: &str, also: &[&str]) -> Placement {
     Placement {
         address: name.into(),
-        attach,
         host: Some(host.into()),
         also_on: also.iter().map(|s| s.to_string()).collect(),
     }
@@ -250,48 +249,29 @@ fn moved(m: &[Move]) -> Vec<(&str, &str, Vec<&str>)> {
 }
 
 #[test]
-fn a_switchover_flips_overlay_routes_in_the_pause_and_leaves_vlan_ports_multi_chassis() {
+fn a_switchover_keeps_every_port_multi_chassis_until_the_guest_runs_on_the_target() {
     let (a, b) = ("node-a", "node-b");
-    let start = [
-        place("ovl", Attach::Routed, a, &[]),
-        place("vlan", Attach::MultiChassis, a, &[]),
-    ];
+    let start = [place("ovl", a, &[]), place("vlan", a, &[])];
     assert_eq!(route_at(&start, b), RouteAt::Source);
     assert!(!ports_on(&start, b));
     // before the target pod: every port on both nodes
     let m = moves(&start, When::PrepareTarget, a, b);
     assert_eq!(moved(&m), [("ovl", a, vec![b]), ("vlan", a, vec![b])]);
-    let copying = [
-        place("ovl", Attach::Routed, a, &[b]),
-        place("vlan", Attach::MultiChassis, a, &[b]),
-    ];
+    let copying = [place("ovl", a, &[b]), place("vlan", a, &[b])];
     assert!(ports_on(&copying, b));
     assert!(
         moves(&copying, When::PrepareTarget, a, b).is_empty(),
         "idempotent"
     );
-    // the pause: only the /32 flips
-    let m = moves(&copying, When::Paused, a, b);
-    assert_eq!(moved(&m), [("ovl", b, vec![a])]);
-    assert_eq!(flipped_in_pause(&copying), ["ovl"]);
-    let paused = [
-        place("ovl", Attach::Routed, b, &[a]),
-        place("vlan", Attach::MultiChassis, a, &[b]),
-    ];
-    assert_eq!(
-        route_at(&paused, b),
-        RouteAt::Target,
-        "the routes are the overlay's"
-    );
-    assert!(moves(&paused, When::Paused, a, b).is_empty());
-    // the guest runs on the target: the VLAN port's main chassis follows
-    let m = moves(&paused, When::GuestOnTarget, a, b);
-    assert_eq!(moved(&m), [("vlan", b, vec![a])]);
+    // the pause changes nothing: the guest's RARP activates the target's bindings
+    assert_eq!(route_at(&copying, b), RouteAt::Source);
+    assert_eq!(activated_on_target(&copying), ["ovl", "vlan"]);
+    // the guest runs on the target: every port's main chassis follows
+    let m = moves(&copying, When::GuestOnTarget, a, b);
+    assert_eq!(moved(&m), [("ovl", b, vec![a]), ("vlan", b, vec![a])]);
+    let on_b = [place("ovl", b, &[a]), place("vlan", b, &[a])];
+    assert_eq!(route_at(&on_b, b), RouteAt::Target);
     // succeeded: single-chassis once the source pod is gone
-    let on_b = [
-        place("ovl", Attach::Routed, b, &[a]),
-        place("vlan", Attach::MultiChassis, b, &[a]),
-    ];
     assert!(moves(&on_b, When::Succeeded { source_pod: true }, a, b).is_empty());
     let m = moves(&on_b, When::Succeeded { source_pod: false }, a, b);
     assert_eq!(moved(&m), [("ovl", b, vec![]), ("vlan", b, vec![])]);
@@ -300,32 +280,24 @@ fn a_switchover_flips_overlay_routes_in_the_pause_and_leaves_vlan_ports_multi_ch
 #[test]
 fn a_failed_copy_goes_back_to_the_source_everywhere() {
     let (a, b) = ("node-a", "node-b");
-    let paused = [
-        place("ovl", Attach::Routed, b, &[a]),
-        place("vlan", Attach::MultiChassis, a, &[b]),
-    ];
-    let m = moves(&paused, When::GuestOnSource, a, b);
-    assert_eq!(moved(&m), [("ovl", a, vec![b])]);
-    let m = moves(&paused, When::RolledBack, a, b);
+    let copying = [place("ovl", a, &[b]), place("vlan", a, &[b])];
+    assert!(
+        moves(&copying, When::GuestOnSource, a, b).is_empty(),
+        "the source never stopped carrying them"
+    );
+    let m = moves(&copying, When::RolledBack, a, b);
     assert_eq!(moved(&m), [("ovl", a, vec![]), ("vlan", a, vec![])]);
     assert_eq!(
-        moved(&moves(&paused, When::TargetGone, a, b)),
-        moved(&moves(&paused, When::RolledBack, a, b))
+        moved(&moves(&copying, When::TargetGone, a, b)),
+        moved(&moves(&copying, When::RolledBack, a, b))
     );
-}
-
-#[test]
-fn a_vlan_only_vm_routes_by_its_ports() {
-    let (a, b) = ("node-a", "node-b");
-    let copying = [place("vlan", Attach::MultiChassis, a, &[b])];
-    assert_eq!(route_at(&copying, b), RouteAt::Source);
-    assert!(
-        moves(&copying, When::Paused, a, b).is_empty(),
-        "RARP activates it"
+    // a guest back on the source after its ports had moved (a controller that saw it land
+    // first): the ports come back
+    let on_b = [place("ovl", b, &[a])];
+    assert_eq!(
+        moved(&moves(&on_b, When::GuestOnSource, a, b)),
+        [("ovl", a, vec![b])]
     );
-    assert!(flipped_in_pause(&copying).is_empty());
-    let on_b = [place("vlan", Attach::MultiChassis, b, &[a])];
-    assert_eq!(route_at(&on_b, b), RouteAt::Target);
     assert_eq!(
         route_at(&[], b),
         RouteAt::Source,
@@ -353,13 +325,7 @@ fn placements_read_the_address() {
     });
     a.metadata.annotations = Some([(ALSO_ON.to_string(), "node-b".to_string())].into());
     let p = Placement::of(&a);
-    assert_eq!(p.attach, Attach::MultiChassis);
-    // a VM's overlay address too (a mobile port); a pod's is routed
-    let mut o = held(&r[0], 41, "node-a");
-    o.spec.vlan = None;
-    assert_eq!(Placement::of(&o).attach, Attach::MultiChassis);
-    o.spec.owner = Some("ns-web".into());
-    assert_eq!(Placement::of(&o).attach, Attach::Routed);
+    assert_eq!(p.address, a.metadata.name.clone().unwrap());
     assert_eq!(p.host.as_deref(), Some("node-a"));
     assert_eq!(p.also_on, ["node-b"]);
 }
