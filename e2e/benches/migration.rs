@@ -10,7 +10,8 @@
 //! rebooted (its init's marker twice in its serial log) is flagged. The summary prints each
 //! against its target: blackout/downtime ≤ 1.3, the pings at the target before QEMU resumes
 //! the guest, every TCP stream surviving, overhead ≤ 2 s. The current figures and how to
-//! re-run are in docs/benchmarks.md.
+//! re-run are in docs/benchmarks.md. `ROAM_BENCH_OTHER_ADDRESSES=N` first loads OVN with N
+//! other addresses (the scale lab, [`roam_e2e::ScaleLoad`]) and removes them at the end.
 //! Where the time goes: the median of each phase step (annotation → the first phase, then
 //! phase → phase, from `status.phaseTransitions`), and the steps of every run over 2 s.
 //!
@@ -591,6 +592,23 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
     let lab = Lab::get();
+    // the scale lab: N other addresses in OVN while the VM migrates (none by default)
+    let others: usize = std::env::var("ROAM_BENCH_OTHER_ADDRESSES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let _load = (others > 0).then(|| {
+        let mut load = roam_e2e::ScaleLoad::new(&lab);
+        let r = load.load(others, 0.05, &[]);
+        println!(
+            "{} other addresses in OVN ({} bound to OVS ports): committed in {:.1} s, on every chassis in {:.1} s",
+            r.addresses,
+            r.bound,
+            r.commit.as_secs_f64(),
+            r.settled.as_secs_f64()
+        );
+        load
+    });
     let rt = tokio::runtime::Runtime::new().expect("tokio");
     let client = rt.block_on(lab.kube_client());
     let b = boot(&lab);
