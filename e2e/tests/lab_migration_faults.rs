@@ -18,7 +18,7 @@
 //!   from a task it left behind);
 //! - roam-controller dead right after it started the copy, before it recorded the job (the
 //!   `migration-started` failpoint: `ROAM_FAILPOINT`): the next one adopts the running job
-//!   and still flips the route in the pause.
+//!   and still sees the pause (the target announces, its activation is timed).
 //!
 //! After each: the guest runs on exactly one node (libvirt domains of both nodes, through
 //! their sockets), the VM's status and its Address's host name that node, same IP and MAC, no
@@ -370,7 +370,7 @@ fn assert_one_flip(addr: &Watch, to: &str, ctl: &Ctl) {
     assert_eq!(
         seen,
         [other(to), to],
-        "the route flipped once, never back\n{}",
+        "the Address moved once, never back\n{}",
         ctl.tail()
     );
 }
@@ -592,7 +592,7 @@ fn migrations_survive_controller_and_shim_faults() {
 
     // --- the controller dies right after it started the copy, before it wrote the job's id
     // (b → a, a slow copy): the next one adopts the running job (no second start) and still
-    // flips the route in the pause
+    // sees the pause (the target announces)
     let t = Instant::now();
     let addr = Watch::new(&lab, &["get", "address", &b.addr]);
     ctl.with_failpoint("migration-started");

@@ -575,6 +575,29 @@ pub(super) fn check_ports(
     Ok(())
 }
 
+/// Attach switch `ls` to router `lr` through the anycast gateway: router port `port` with the
+/// gateway's IP (on the subnet's prefix) and MAC, and its peer `<ls>-gw` on the switch.
+fn anycast_gateway(spec: &OverlaySpec, lr: &mut LogicalRouter, port: &str, ls: &mut LogicalSwitch) {
+    lr.ports.insert(
+        port.to_string(),
+        RouterPort {
+            name: port.to_string(),
+            mac: spec.gateway_mac,
+            networks: vec![format!("{}/{}", spec.gateway, spec.subnet.prefix_len())],
+        },
+    );
+    let peer = format!("{}-gw", ls.name);
+    ls.ports.insert(
+        peer.clone(),
+        SwitchPort {
+            name: peer,
+            kind: SwitchPortKind::Router {
+                router_port: port.to_string(),
+            },
+        },
+    );
+}
+
 /// Plan the overlay network `spec` over `nodes` with the workload `ports`.
 pub fn plan_overlay(
     spec: &OverlaySpec,
@@ -658,25 +681,7 @@ pub fn plan_overlay_with(
             name: lr_name.clone(),
             ..Default::default()
         };
-        let gw_port = format!("{lr_name}-gw");
-        lr.ports.insert(
-            gw_port.clone(),
-            RouterPort {
-                name: gw_port.clone(),
-                mac: spec.gateway_mac,
-                networks: vec![format!("{}/{}", spec.gateway, spec.subnet.prefix_len())],
-            },
-        );
-        let peer = format!("{ls_name}-gw");
-        ls.ports.insert(
-            peer.clone(),
-            SwitchPort {
-                name: peer,
-                kind: SwitchPortKind::Router {
-                    router_port: gw_port,
-                },
-            },
-        );
+        anycast_gateway(spec, &mut lr, &format!("{lr_name}-gw"), &mut ls);
         let up_port = format!("{lr_name}-join");
         lr.ports.insert(
             up_port.clone(),
@@ -712,32 +717,11 @@ pub fn plan_overlay_with(
         nodes.iter().map(|n| (n.name.as_str(), n.join_ip)).collect();
     let mobile_gw = mobile_gateway_port_name(net);
     // always there (a parent the incremental sync can rely on), even before its first VM
-    let mut mobile = {
-        let name = mobile_switch_name(net);
-        fabric.ports.insert(
-            mobile_gw.clone(),
-            RouterPort {
-                name: mobile_gw.clone(),
-                mac: spec.gateway_mac,
-                networks: vec![format!("{}/{}", spec.gateway, spec.subnet.prefix_len())],
-            },
-        );
-        let peer = format!("{name}-gw");
-        let mut ls = LogicalSwitch {
-            name,
-            ..Default::default()
-        };
-        ls.ports.insert(
-            peer.clone(),
-            SwitchPort {
-                name: peer,
-                kind: SwitchPortKind::Router {
-                    router_port: mobile_gw.clone(),
-                },
-            },
-        );
-        ls
+    let mut mobile = LogicalSwitch {
+        name: mobile_switch_name(net),
+        ..Default::default()
     };
+    anycast_gateway(spec, &mut fabric, &mobile_gw, &mut mobile);
     for p in ports {
         let host = Ipv4Net::new(p.ip, 32).expect("/32 is valid");
         let dhcp = if p.dhcp {
