@@ -458,22 +458,37 @@ pub(super) async fn wait_for_activation(
     timeout: Duration,
 ) -> Option<Duration> {
     let client = ctx.sb.as_ref()?.client().ok()?;
-    let select = roam_ovsdb::ops::select(
-        "Port_Binding",
-        vec![roam_ovsdb::ops::cond(
-            "logical_port",
-            "includes",
-            serde_json::json!(["set", ports]),
-        )],
-        Some(&["logical_port", "options"]),
-    );
+    // one select per port (`logical_port` is a plain string column: a set of several names
+    // is not a valid condition on it)
+    let selects: Vec<serde_json::Value> = ports
+        .iter()
+        .map(|p| {
+            roam_ovsdb::ops::select(
+                "Port_Binding",
+                vec![roam_ovsdb::ops::cond(
+                    "logical_port",
+                    "==",
+                    serde_json::json!(p),
+                )],
+                Some(&["logical_port", "options"]),
+            )
+        })
+        .collect();
     let started = std::time::Instant::now();
     while started.elapsed() < timeout {
-        let rows = client
-            .transact("OVN_Southbound", vec![select.clone()])
-            .await
-            .ok()?;
-        let rows = rows[0]["rows"].as_array().cloned().unwrap_or_default();
+        let got = match client.transact("OVN_Southbound", selects.clone()).await {
+            Ok(got) => got,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the southbound database: no switchover figure");
+                return None;
+            }
+        };
+        let rows: Vec<serde_json::Value> = got
+            .iter()
+            .filter_map(|r| r["rows"].as_array())
+            .flatten()
+            .cloned()
+            .collect();
         if crate::core::ovn::all_activated(&rows, ports, chassis) {
             return Some(started.elapsed());
         }
