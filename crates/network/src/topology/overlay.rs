@@ -575,6 +575,35 @@ pub(super) fn check_ports(
     Ok(())
 }
 
+/// Workload `p`'s logical port `lsp` on switch `ls`, bound to `requested_chassis`, and the
+/// DSCP marking of what comes in through it.
+pub(super) fn workload_port(
+    ls: &mut LogicalSwitch,
+    lsp: &str,
+    p: &PortSpec,
+    requested_chassis: String,
+    dhcp: Option<DhcpOptionsRow>,
+) {
+    ls.ports.insert(
+        lsp.to_string(),
+        SwitchPort {
+            name: lsp.to_string(),
+            kind: SwitchPortKind::Workload {
+                mac: p.mac,
+                ip: p.ip,
+                requested_chassis,
+                dhcp,
+            },
+        },
+    );
+    if let Some(m) = p.marking {
+        ls.qos.insert(QosRule {
+            r#match: format!("inport == \"{lsp}\""),
+            dscp: m.dscp(),
+        });
+    }
+}
+
 /// Attach switch `ls` to router `lr` through the anycast gateway: router port `port` with the
 /// gateway's IP (on the subnet's prefix) and MAC, and its peer `<ls>-gw` on the switch.
 fn anycast_gateway(spec: &OverlaySpec, lr: &mut LogicalRouter, port: &str, ls: &mut LogicalSwitch) {
@@ -739,26 +768,13 @@ pub fn plan_overlay_with(
         };
         if p.mobile {
             // one port wherever the workload runs; its route never moves
-            let ls = &mut mobile;
-            let lsp = mobile_port_name(&p.name);
-            ls.ports.insert(
-                lsp.clone(),
-                SwitchPort {
-                    name: lsp.clone(),
-                    kind: SwitchPortKind::Workload {
-                        mac: p.mac,
-                        ip: p.ip,
-                        requested_chassis: requested_chassis(p),
-                        dhcp,
-                    },
-                },
+            workload_port(
+                &mut mobile,
+                &mobile_port_name(&p.name),
+                p,
+                requested_chassis(p),
+                dhcp,
             );
-            if let Some(m) = p.marking {
-                ls.qos.insert(QosRule {
-                    r#match: format!("inport == \"{lsp}\""),
-                    dscp: m.dscp(),
-                });
-            }
             fabric.routes.insert(StaticRoute {
                 ip_prefix: host,
                 nexthop: p.ip,
@@ -775,25 +791,13 @@ pub fn plan_overlay_with(
                 .switches
                 .get_mut(&node_switch(net, node))
                 .expect("validated node");
-            let lsp = overlay_port_name(&p.name, node);
-            ls.ports.insert(
-                lsp.clone(),
-                SwitchPort {
-                    name: lsp.clone(),
-                    kind: SwitchPortKind::Workload {
-                        mac: p.mac,
-                        ip: p.ip,
-                        requested_chassis: node.clone(),
-                        dhcp: dhcp.clone(),
-                    },
-                },
+            workload_port(
+                ls,
+                &overlay_port_name(&p.name, node),
+                p,
+                node.clone(),
+                dhcp.clone(),
             );
-            if let Some(m) = p.marking {
-                ls.qos.insert(QosRule {
-                    r#match: format!("inport == \"{lsp}\""),
-                    dscp: m.dscp(),
-                });
-            }
         }
         // the /32 points at the hosting node: locally to its gateway port, and from the fabric
         let lr_name = node_router(net, &p.node);

@@ -18,7 +18,7 @@ use std::net::Ipv4Addr;
 use roam_dhcp_opts::{DhcpOptionsRow, Ipv4Net, Lease, MacAddr};
 
 use super::overlay::{
-    LogicalSwitch, PlanError, PortSpec, QosRule, SwitchPort, SwitchPortKind, Topology, check_ports,
+    LogicalSwitch, PlanError, PortSpec, SwitchPort, SwitchPortKind, Topology, check_ports,
 };
 
 /// One VLAN network, as the `Network` object describes it.
@@ -173,25 +173,13 @@ pub fn plan_underlay(spec: &UnderlaySpec, ports: &[PortSpec]) -> Result<Topology
         } else {
             None
         };
-        let lsp = vlan_port_name(&p.name);
-        ls.ports.insert(
-            lsp.clone(),
-            SwitchPort {
-                name: lsp.clone(),
-                kind: SwitchPortKind::Workload {
-                    mac: p.mac,
-                    ip: p.ip,
-                    requested_chassis: super::overlay::requested_chassis(p),
-                    dhcp,
-                },
-            },
+        super::overlay::workload_port(
+            &mut ls,
+            &vlan_port_name(&p.name),
+            p,
+            super::overlay::requested_chassis(p),
+            dhcp,
         );
-        if let Some(m) = p.marking {
-            ls.qos.insert(QosRule {
-                r#match: format!("inport == \"{lsp}\""),
-                dscp: m.dscp(),
-            });
-        }
     }
     let mut t = Topology::default();
     t.switches.insert(ls_name, ls);
