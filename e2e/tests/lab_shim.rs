@@ -23,7 +23,7 @@ use roam_e2e::{
 use roam_network::topology::{NodeSpec, OverlaySpec, PortSpec};
 use roam_shim_api::Error;
 use roam_shim_api::launch::{Mode, flag};
-use roam_vm_shim::api::{DomainState, Job, JobState, MigrateRequest};
+use roam_vm_shim::api::{DomainState, Job, JobState, MigrateRequest, PortState};
 use roam_vm_shim::client::ShimClient;
 use roam_vm_shim::events::{Event, Lifecycle};
 use virt::connect::Connect;
@@ -336,6 +336,19 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
     assert!(st.job.is_none(), "no job after refused requests: {st:?}");
     let stb = rt.block_on(cb.status()).unwrap();
     assert!(!stb.incoming, "the target was not prepared: {stb:?}");
+    // a shim started to receive its VM plumbs the tap at once and reports its port; this
+    // port is requested on node-a only, so node-b's ovn-controller does not install it
+    // (lab_migration shows the other side: a migration starts its copy only once it is)
+    assert_eq!(
+        stb.ports,
+        vec![PortState {
+            port: vm.ovn_port.clone(),
+            tap: TAP.into(),
+            installed: false,
+        }],
+        "{stb:?}"
+    );
+    assert!(rt.block_on(ca.status()).unwrap().ports.is_empty());
     // the raw answer is JSON with a code
     let raw = try_run(
         "curl",

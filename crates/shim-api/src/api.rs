@@ -120,6 +120,36 @@ pub struct Status {
     /// rebooted.
     #[serde(default)]
     pub resets: u64,
+    /// A shim started to receive its VM (a migration's target), until the VM came in: each
+    /// NIC's OVN port and whether this node's ovn-controller has bound it and installed its
+    /// flows here (empty for any other shim). A migration starts its copy only once every
+    /// port is installed: at the pause the target then has the ports ready to activate,
+    /// however long OVN took to get there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<PortState>,
+}
+
+impl Status {
+    /// The OVN ports ([`Status::ports`]) not installed on this node yet.
+    pub fn uninstalled_ports(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .filter(|p| !p.installed)
+            .map(|p| p.port.clone())
+            .collect()
+    }
+}
+
+/// A NIC's OVN port on this node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortState {
+    /// The OVN logical port (`external_ids:iface-id` of the tap's OVS interface).
+    pub port: String,
+    /// The NIC's tap.
+    pub tap: String,
+    /// ovn-controller has claimed the port on this chassis and its flows are in OVS (it set
+    /// `external_ids:ovn-installed=true` on the interface).
+    pub installed: bool,
 }
 
 /// The last incoming migration, as its target saw it.

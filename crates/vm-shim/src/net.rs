@@ -7,6 +7,9 @@
 
 use futures::TryStreamExt;
 use roam_contract::keys::IFACE_ID;
+
+/// The interface key ovn-controller sets once a port's flows are installed.
+const OVN_INSTALLED: &str = "ovn-installed";
 use roam_ovsdb::{self as ovsdb, Client, ops};
 use serde_json::json;
 
@@ -171,6 +174,20 @@ pub async fn ofport(db: &str, port: &str) -> Result<Option<u16>> {
         .and_then(|i| i.ofport)
         .and_then(|p| u16::try_from(p).ok())
         .filter(|p| *p > 0))
+}
+
+/// Whether ovn-controller has claimed the OVN port of interface `port` on this chassis and
+/// installed its flows (it sets `external_ids:ovn-installed=true` then; also for a port it
+/// binds as an additional chassis, before that binding is activated).
+pub async fn ovn_installed(db: &str, port: &str) -> Result<bool> {
+    let client = ovs(db).await?;
+    let ifaces: Vec<ovsdb::vswitch::Interface> =
+        ovsdb::select_where(&client, vec![ops::cond("name", "==", json!(port))])
+            .await
+            .map_err(|e| Error::plumbing(format!("read whether {port} is installed by OVN"), e))?;
+    Ok(ifaces
+        .first()
+        .is_some_and(|i| i.external_ids.0.get(OVN_INSTALLED).map(String::as_str) == Some("true")))
 }
 
 /// The OpenFlow management socket of `bridge` for the Open_vSwitch database `db`

@@ -27,8 +27,8 @@ use virt::domain::{Domain, DomainState as VirtState, MigrateParameters as VirtPa
 use virt::sys;
 
 use crate::api::{
-    self, DomainState, Incoming, Job, JobState, JobStats, MigrateRequest, Prepared, PreparedNic,
-    Status,
+    self, DomainState, Incoming, Job, JobState, JobStats, MigrateRequest, PortState, Prepared,
+    PreparedNic, Status,
 };
 use crate::client::ShimClient;
 use crate::config::{Mode, ShimConfig};
@@ -294,6 +294,10 @@ impl Shim {
                 Ok(())
             }
             StartAction::WaitForMigration => {
+                // the taps on the integration bridge now, not at `prepare`: ovn-controller
+                // binds the ports here while the controller waits (it starts the copy once
+                // they are installed, see `status`)
+                self.plumb().await?;
                 tracing::info!(vm = %self.name(), "waiting for an incoming migration");
                 Ok(())
             }
@@ -404,6 +408,14 @@ impl Shim {
     /// is.
     pub async fn status(&self) -> Status {
         let domain = self.query_domain_state().await;
+        // a target's ports, until its VM came in (then nobody asks: no OVS queries)
+        let awaiting = self.inner.cfg.mode == Mode::Incoming
+            && lock(&self.inner.state).last_incoming.is_none();
+        let ports = if awaiting {
+            self.port_states().await
+        } else {
+            vec![]
+        };
         let st = lock(&self.inner.state);
         Status {
             vm: self.name().to_string(),
@@ -414,7 +426,30 @@ impl Shim {
             last_incoming: st.last_incoming.clone(),
             instance: self.inner.cfg.instance.clone(),
             resets: st.resets,
+            ports,
         }
+    }
+
+    /// Each NIC's OVN port and whether ovn-controller installed it here (an OVS that does
+    /// not answer: not installed).
+    async fn port_states(&self) -> Vec<PortState> {
+        let cfg = &self.inner.cfg;
+        let mut out = vec![];
+        for (tap, port) in cfg.plumbing() {
+            let installed = match net::ovn_installed(&cfg.ovs_db, tap).await {
+                Ok(i) => i,
+                Err(e) => {
+                    tracing::debug!(vm = %self.name(), tap, error = %e, "port state");
+                    false
+                }
+            };
+            out.push(PortState {
+                port: port.to_string(),
+                tap: tap.to_string(),
+                installed,
+            });
+        }
+        out
     }
 
     /// `POST /v1/prepare`: get ready to receive the VM.

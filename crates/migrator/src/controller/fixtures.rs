@@ -528,6 +528,7 @@ pub(super) fn shim_status(node: &str, domain: DomainState, instance: &str) -> St
         last_incoming: None,
         instance: Some(instance.into()),
         resets: 0,
+        ports: vec![],
     }
 }
 

@@ -156,6 +156,10 @@ impl Run {
                 target_status.as_ref(),
             ),
             target_port: ports_on(&self.placements, &self.target),
+            target_uninstalled: target_status
+                .as_ref()
+                .map(|s| s.uninstalled_ports())
+                .unwrap_or_default(),
             source_pod,
             job: job(source_status.as_ref(), st.job_id),
             guest: guest_at(on_target, source_status.as_ref()),

@@ -169,7 +169,8 @@ pub(super) async fn last_seq(shim: &ShimClient) -> u64 {
 /// What a target-polling task waits for.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Wait {
-    /// The shim of the target pod answers: the copy can start.
+    /// The shim of the target pod answers and the VM's ports are installed there: the copy
+    /// can start.
     Ready,
     /// The guest runs on the target: the migration can end.
     Landed,
@@ -191,15 +192,19 @@ pub(super) fn spawn_target_wait(
     );
     let (l, m) = (local.clone(), m.clone());
     local.spawn_once(key, async move {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+        let started = tokio::time::Instant::now();
+        let deadline = started + Duration::from_secs(300);
         while tokio::time::Instant::now() < deadline {
             if let Ok(s) = client.status().await
                 && is_shim_of(&s, &pod, false)
                 && match what {
-                    Wait::Ready => true,
+                    Wait::Ready => s.uninstalled_ports().is_empty(),
                     Wait::Landed => s.domain == DomainState::Running && s.last_incoming.is_some(),
                 }
             {
+                if let Wait::Ready = what {
+                    tracing::info!(migration = %m.name_any(), pod, ports = ?s.ports, waited_ms = started.elapsed().as_millis() as u64, "the target's shim answers, the VM's ports installed there");
+                }
                 l.kick(&m);
                 return;
             }

@@ -17,7 +17,7 @@ use super::super::migrations::TestReconciler;
 use super::{address, network, node, pod, token_secret, vm};
 use crate::api::{Address, VirtualMachine, VirtualMachineMigration};
 use crate::core::migration::Phase;
-use roam_shim_api::api::{DomainState, Incoming, JobState, JobStats};
+use roam_shim_api::api::{DomainState, Incoming, JobState, JobStats, PortState};
 use roam_shim_api::events::Lifecycle;
 
 const MIGS: &str = "/apis/roam.dev/v1alpha1/namespaces/ns/virtualmachinemigrations";
@@ -200,10 +200,26 @@ async fn the_happy_path_step_by_step() {
     assert!(args.contains("\"incoming\""), "{args}");
     assert_eq!(w.phase(), Phase::TargetScheduling);
 
-    // TargetScheduling → TargetReady: the target's shim answers; the copy starts and its
-    // job id is written before anything else
+    // the target's shim answers, but its node's ovn-controller has not installed the VM's
+    // port yet: no copy (at the pause the port must be there, ready to activate)
     w.target_starts();
+    w.target.update(|s| {
+        s.status.ports = vec![PortState {
+            port: "ns.demo-0".into(),
+            tap: "tap0".into(),
+            installed: false,
+        }]
+    });
     w.source.take_calls();
+    w.api.expect(steps(vec![observe(false), reads()]));
+    w.reconcile(&r).await;
+    w.api.done().await;
+    assert!(w.source.state.lock().unwrap().migrate.is_none());
+    assert_eq!(w.phase(), Phase::TargetScheduling);
+
+    // TargetScheduling → TargetReady: the port is installed; the copy starts and its job id
+    // is written before anything else
+    w.target.update(|s| s.status.ports[0].installed = true);
     w.api.expect(steps(vec![
         observe(false),
         reads(),

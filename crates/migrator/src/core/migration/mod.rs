@@ -14,6 +14,11 @@
 //!                 invalid / failure / timeout ─▶ Failed      deleted ─▶ Aborted
 //! ```
 //!
+//! TargetScheduling lasts until the target's shim answers *and* reports every port of the VM
+//! installed by its node's ovn-controller ([`Observed::target_uninstalled`]): however long OVN
+//! takes to bind the ports there (seconds with 10 000 addresses in the NB), that wait is
+//! spent before the copy, never in the pause.
+//!
 //! The one truth is **where the guest runs** ([`GuestAt`], reported by the shims): the route
 //! follows the guest. While the source is paused for the final copy the route is flipped to
 //! the target (so the network is back when the guest is); if the copy then fails and the
@@ -133,6 +138,10 @@ pub struct Observed {
     pub target_pod: PodState,
     /// The VM's OVN port (and DHCP options) exist on the target node.
     pub target_port: bool,
+    /// The VM's OVN ports that the target node's ovn-controller has not installed yet (as
+    /// the target's shim reports them): the copy waits for them, so that at the pause the
+    /// target has every port bound, ready to activate.
+    pub target_uninstalled: Vec<String>,
     /// The source launcher pod still exists.
     pub source_pod: bool,
     /// libvirt's job.
@@ -228,6 +237,15 @@ pub fn step(phase: Phase, o: &Observed) -> Decision {
         Some((Phase::Failed, why.clone()))
     } else if o.deleted {
         Some((Phase::Aborted, "the migration was deleted".to_string()))
+    } else if o.timed_out && o.job == Job::None && !o.target_uninstalled.is_empty() {
+        Some((
+            Phase::Failed,
+            format!(
+                "timed out: the target node's ovn-controller never installed port(s) {} \
+                 (is it running there, connected to the OVN southbound database?)",
+                o.target_uninstalled.join(", ")
+            ),
+        ))
     } else if o.timed_out {
         Some((Phase::Failed, "timed out".to_string()))
     } else if o.target_pod == PodState::Absent && matches!(o.job, Job::Running | Job::Failed(_)) {
@@ -266,13 +284,13 @@ pub fn step(phase: Phase, o: &Observed) -> Decision {
         Phase::Pending => Decision::go(Phase::TargetScheduling, vec![CreateTarget]),
         Phase::TargetScheduling => match (&o.target_pod, o.target_port) {
             (PodState::Absent, _) | (_, false) => Decision::stay(phase).with(CreateTarget),
-            (PodState::Ready, true) => Decision::go(Phase::TargetReady, vec![StartMigration]),
+            _ if target_ready(o) => Decision::go(Phase::TargetReady, vec![StartMigration]),
             _ => Decision::stay(phase),
         },
         Phase::TargetReady | Phase::Migrating | Phase::Switchover => match o.job {
-            Job::None if o.target_pod == PodState::Ready && o.target_port => {
-                Decision::go(Phase::TargetReady, vec![StartMigration])
-            }
+            Job::None if target_ready(o) => Decision::go(Phase::TargetReady, vec![StartMigration]),
+            // the target's OVN has not installed the ports (again): wait for it
+            Job::None if o.target_pod == PodState::Ready && o.target_port => Decision::stay(phase),
             // the target went away before the copy started
             Job::None => Decision::go(Phase::TargetScheduling, vec![CreateTarget]),
             Job::Running => Decision::stay(Phase::Migrating),
@@ -289,6 +307,11 @@ impl Decision {
         self.actions.push(a);
         self
     }
+}
+
+/// The target pod's shim answers and the VM's ports are on the target, installed there.
+fn target_ready(o: &Observed) -> bool {
+    o.target_pod == PodState::Ready && o.target_port && o.target_uninstalled.is_empty()
 }
 
 fn source_cleanup(o: &Observed) -> Vec<Action> {
@@ -380,6 +403,35 @@ mod tests {
         );
         o.source_pod = false;
         assert_eq!(step(Phase::Succeeded, &o), Decision::stay(Phase::Succeeded));
+    }
+
+    #[test]
+    fn the_copy_waits_for_the_target_to_install_the_ports() {
+        let mut o = fresh();
+        o.target_pod = PodState::Ready;
+        o.target_port = true;
+        o.target_uninstalled = vec!["ns.vm-a".into()];
+        for phase in [Phase::TargetScheduling, Phase::TargetReady] {
+            assert!(step(phase, &o).actions.is_empty(), "{phase:?}");
+        }
+        o.timed_out = true;
+        let d = step(Phase::TargetScheduling, &o);
+        assert_eq!(d.phase, Phase::Failed);
+        assert_eq!(d.actions, vec![Action::DeleteTarget]);
+        assert!(
+            d.reason
+                .unwrap()
+                .contains("never installed port(s) ns.vm-a")
+        );
+        o.timed_out = false;
+        o.target_uninstalled.clear();
+        for phase in [Phase::TargetScheduling, Phase::TargetReady] {
+            assert_eq!(
+                step(phase, &o),
+                Decision::go(Phase::TargetReady, vec![Action::StartMigration]),
+                "{phase:?}"
+            );
+        }
     }
 
     #[test]
@@ -514,6 +566,7 @@ mod tests {
     enum Event {
         Reconcile,
         PodReady,
+        PortsInstalled,
         PodFails,
         PodDeleted,
         CopyProgress,
@@ -530,6 +583,7 @@ mod tests {
         prop_oneof![
             6 => Just(Event::Reconcile),
             2 => Just(Event::PodReady),
+            2 => Just(Event::PortsInstalled),
             1 => Just(Event::PodFails),
             1 => Just(Event::PodDeleted),
             2 => Just(Event::CopyProgress),
@@ -550,6 +604,7 @@ mod tests {
                 Action::CreateTarget => {
                     if o.target_pod == PodState::Absent {
                         o.target_pod = PodState::Starting;
+                        o.target_uninstalled = vec!["ns.vm".into()];
                     }
                     o.target_port = true;
                 }
@@ -562,6 +617,10 @@ mod tests {
                     assert!(
                         o.target_port,
                         "migrating before the port exists on the target"
+                    );
+                    assert!(
+                        o.target_uninstalled.is_empty(),
+                        "migrating before the target installed the port"
                     );
                     if !self.started {
                         self.started = true;
@@ -598,6 +657,9 @@ mod tests {
                 Event::Reconcile => {}
                 Event::PodReady if o.target_pod == PodState::Starting => {
                     o.target_pod = PodState::Ready
+                }
+                Event::PortsInstalled if o.target_pod != PodState::Absent => {
+                    o.target_uninstalled.clear()
                 }
                 Event::PodFails if o.target_pod != PodState::Absent && !self.started => {
                     o.target_pod = PodState::Failed("ImagePullBackOff".into())
@@ -671,6 +733,7 @@ mod tests {
                 for a in &d.actions { w.apply(a); }
                 phase = d.phase;
                 w.happen(&Event::PodReady);
+                w.happen(&Event::PortsInstalled);
                 w.happen(&Event::CopyProgress);
                 w.happen(&Event::Complete);
                 w.happen(&Event::Pause);

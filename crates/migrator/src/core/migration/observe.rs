@@ -19,6 +19,7 @@ impl Observed {
             timed_out: false,
             target_pod: PodState::Absent,
             target_port: false,
+            target_uninstalled: vec![],
             source_pod: true,
             job: Job::None,
             guest: GuestAt::Source,

@@ -12,6 +12,7 @@ fn status(domain: DomainState) -> Status {
         last_incoming: None,
         instance: Some("demo-launcher".into()),
         resets: 0,
+        ports: vec![],
     }
 }
 
