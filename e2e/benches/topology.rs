@@ -3,7 +3,8 @@
 //!
 //! 1. Programming N ports (default 1000; `ROAM_BENCH_PORTS`) with DHCP options and their /32
 //!    routes on an existing overlay, through roam's reconciler (one transaction) and through
-//!    one `ovn-nbctl` batch doing the same rows, in the same run: time to NB commit and to
+//!    one `ovn-nbctl` batch doing the same rows (sent to an `ovn-nbctl --detach` daemon over
+//!    its control socket, so no argument list limits N), in the same run: time to NB commit and to
 //!    flows installed on both chassis (`ovn-nbctl --wait=hv sync`), and their ratio (target
 //!    roam ≤ 1.2× ovn-nbctl).
 //! 2. Route flips: one address moved between node-a and node-b, 100 times (`ROAM_BENCH_FLIPS`):
@@ -71,20 +72,77 @@ fn sync_hv(lab: &Lab) {
     );
 }
 
+/// An `ovn-nbctl` daemon (`--detach`): a batch goes to it over its control socket (the
+/// `run` command a daemon-mode `ovn-nbctl` client sends), not through an argument list, which
+/// the kernel caps at a few MB (~1 500 ports' worth of commands).
+struct NbctlDaemon {
+    ctl: String,
+}
+
+impl NbctlDaemon {
+    fn start(lab: &Lab) -> NbctlDaemon {
+        let dir = std::env::temp_dir();
+        let pid = dir.join("roam-bench-nbctl.pid");
+        let ctl = dir.join("roam-bench-nbctl.ctl");
+        let out = run(
+            "ovn-nbctl",
+            &[
+                &format!("--db={}", lab.nb()),
+                "--timeout=600",
+                "--detach",
+                &format!("--pidfile={}", pid.display()),
+                &format!("--unixctl={}", ctl.display()),
+                "--log-file=/dev/null",
+            ],
+        );
+        let ctl = match out.trim() {
+            "" => ctl.display().to_string(),
+            printed => printed.to_string(),
+        };
+        NbctlDaemon { ctl }
+    }
+
+    /// One batch (`-- command args -- command args …`), one NB transaction.
+    fn run(&self, args: &[String]) -> String {
+        use std::io::Write;
+        let mut s = std::os::unix::net::UnixStream::connect(&self.ctl)
+            .unwrap_or_else(|e| panic!("connect to the ovn-nbctl daemon at {}: {e}", self.ctl));
+        let req = serde_json::json!({"method": "run", "params": args, "id": 0});
+        s.write_all(req.to_string().as_bytes())
+            .expect("send the batch");
+        let reply: serde_json::Value = serde_json::Deserializer::from_reader(&mut s)
+            .into_iter()
+            .next()
+            .expect("an answer from the ovn-nbctl daemon")
+            .expect("JSON from the ovn-nbctl daemon");
+        match &reply["error"] {
+            serde_json::Value::Null => reply["result"].as_str().unwrap_or_default().to_string(),
+            e => panic!("ovn-nbctl batch: {e}"),
+        }
+    }
+}
+
+impl Drop for NbctlDaemon {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ovs-appctl")
+            .args(["-t", &self.ctl, "exit"])
+            .status();
+    }
+}
+
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-/// The same rows as roam's reconciler adds for `ports`, as one ovn-nbctl batch on the
-/// skeleton of network `net`.
+/// The same rows as roam's reconciler adds for `ports`, as one ovn-nbctl batch (its commands,
+/// for [`NbctlDaemon::run`]) on the skeleton of network `net`.
 fn nbctl_batch(
-    lab: &Lab,
     net: &str,
     spec: &OverlaySpec,
     nodes: &[NodeSpec],
     ports: &[PortSpec],
 ) -> Vec<String> {
-    let mut a: Vec<String> = vec![format!("--db={}", lab.nb()), "--timeout=600".into()];
+    let mut a: Vec<String> = vec![];
     let join: std::collections::BTreeMap<&str, Ipv4Addr> =
         nodes.iter().map(|n| (n.name.as_str(), n.join_ip)).collect();
     for (i, p) in ports.iter().enumerate() {
@@ -174,16 +232,19 @@ fn main() {
     let clean = |net: &str| {
         rt.block_on(reconcile(&client, net, &Topology::default()))
             .expect("clean up");
-        let _ = run(
-            "sh",
-            &[
-                "-c",
-                &format!(
-                    "for u in $(ovn-nbctl --db={} --bare --columns=_uuid find DHCP_Options external_ids:bench=nbctl); do ovn-nbctl --db={} destroy DHCP_Options $u; done",
-                    lab.nb(),
-                    lab.nb()
-                ),
-            ],
+        // the baseline's DHCP options (no switch owns them), in one transaction
+        let res = rt
+            .block_on(client.transact(
+                roam_ovsdb::nb::DATABASE,
+                vec![serde_json::json!({
+                    "op": "delete", "table": "DHCP_Options",
+                    "where": [["external_ids", "includes", ["map", [["bench", "nbctl"]]]]],
+                })],
+            ))
+            .expect("delete the baseline's DHCP options");
+        assert!(
+            res.iter().all(|r| r.get("error").is_none()),
+            "delete the baseline's DHCP options: {res:?}"
         );
     };
     clean(roam_net);
@@ -219,10 +280,10 @@ fn main() {
 
     // 1. N ports: ovn-nbctl, one batch
     let nb_ports = ports("n", 111, n);
-    let args = nbctl_batch(&lab, nbctl_net, &ns, &nodes(111), &nb_ports);
-    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let args = nbctl_batch(nbctl_net, &ns, &nodes(111), &nb_ports);
+    let daemon = NbctlDaemon::start(&lab);
     let t0 = Instant::now();
-    run("ovn-nbctl", &argv);
+    daemon.run(&args);
     let nb_commit = t0.elapsed();
     sync_hv(&lab);
     let nb_flows = t0.elapsed();

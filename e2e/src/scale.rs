@@ -63,6 +63,21 @@ pub fn scale_port(i: usize) -> PortSpec {
         .build()
 }
 
+/// Which `want` of the load's `n` addresses are bound: spread evenly over the load, half of
+/// them even (node-a's) and half odd (node-b's).
+pub fn bound_indices(n: usize, want: usize) -> Vec<usize> {
+    let want = want.min(n);
+    let Some(every) = n.checked_div(want) else {
+        return vec![];
+    };
+    if every < 2 {
+        return (0..want).collect();
+    }
+    // an odd step alternates the parity by itself; an even one needs a nudge
+    let nudge = usize::from(every.is_multiple_of(2));
+    (0..want).map(|k| k * every + nudge * (k % 2)).collect()
+}
+
 /// How a load went.
 #[derive(Clone, Debug)]
 pub struct LoadReport {
@@ -147,12 +162,13 @@ impl ScaleLoad {
         }
         self.addresses = n;
         let commit = self.apply(extra);
-        // bind every k-th address so that both nodes get their share
-        let every = n.checked_div(want_bound).map_or(usize::MAX, |e| e.max(1));
+        // both nodes get their share ([`bound_indices`]): with every k-th address alone (k
+        // even) all of them were node-a's, and node-b's ovn-controller never even monitored
+        // the load's datapaths
         let have: std::collections::BTreeSet<String> =
             self.bound.iter().map(|(_, p)| p.clone()).collect();
         let mut todo: Vec<(String, String, String)> = vec![];
-        for i in (0..n).step_by(every).take(want_bound) {
+        for i in bound_indices(n, want_bound) {
             let p = scale_port(i);
             if !have.contains(&p.name) {
                 todo.push((
@@ -285,4 +301,31 @@ pub fn sync_hv(lab: &Lab) {
             "sync",
         ],
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bound_share_is_spread_over_both_nodes() {
+        for (n, want) in [(10_000, 500), (1000, 50), (1000, 1000), (1000, 333), (7, 3)] {
+            let b = bound_indices(n, want);
+            assert_eq!(b.len(), want, "{n} {want}");
+            assert!(
+                b.windows(2).all(|w| w[0] < w[1]),
+                "{n} {want}: unique, in order"
+            );
+            assert!(b.iter().all(|&i| i < n));
+            let on_a = b
+                .iter()
+                .filter(|&&i| scale_port(i).node == "node-a")
+                .count();
+            assert!(
+                on_a.abs_diff(want - on_a) <= 1,
+                "{n} {want}: {on_a} on node-a"
+            );
+        }
+        assert!(bound_indices(10, 0).is_empty());
+    }
 }
