@@ -161,16 +161,21 @@ pub async fn ensure_ovs_port(db: &str, bridge: &str, port: &str, iface_id: &str)
     Ok(())
 }
 
-/// The OpenFlow port number ovs-vswitchd gave interface `port` (`None`: no such interface,
-/// or not (yet) attached).
-pub async fn ofport(db: &str, port: &str) -> Result<Option<u16>> {
+/// Interface `port`'s row (`None`: no such interface); `what` names the read in an error.
+async fn interface(db: &str, port: &str, what: &str) -> Result<Option<ovsdb::vswitch::Interface>> {
     let client = ovs(db).await?;
     let ifaces: Vec<ovsdb::vswitch::Interface> =
         ovsdb::select_where(&client, vec![ops::cond("name", "==", json!(port))])
             .await
-            .map_err(|e| Error::plumbing(format!("read {port}'s OpenFlow port"), e))?;
-    Ok(ifaces
-        .first()
+            .map_err(|e| Error::plumbing(format!("read {what}"), e))?;
+    Ok(ifaces.into_iter().next())
+}
+
+/// The OpenFlow port number ovs-vswitchd gave interface `port` (`None`: no such interface,
+/// or not (yet) attached).
+pub async fn ofport(db: &str, port: &str) -> Result<Option<u16>> {
+    let iface = interface(db, port, &format!("{port}'s OpenFlow port")).await?;
+    Ok(iface
         .and_then(|i| i.ofport)
         .and_then(|p| u16::try_from(p).ok())
         .filter(|p| *p > 0))
@@ -180,13 +185,8 @@ pub async fn ofport(db: &str, port: &str) -> Result<Option<u16>> {
 /// installed its flows (it sets `external_ids:ovn-installed=true` then; also for a port it
 /// binds as an additional chassis, before that binding is activated).
 pub async fn ovn_installed(db: &str, port: &str) -> Result<bool> {
-    let client = ovs(db).await?;
-    let ifaces: Vec<ovsdb::vswitch::Interface> =
-        ovsdb::select_where(&client, vec![ops::cond("name", "==", json!(port))])
-            .await
-            .map_err(|e| Error::plumbing(format!("read whether {port} is installed by OVN"), e))?;
-    Ok(ifaces
-        .first()
+    let iface = interface(db, port, &format!("whether OVN installed {port}")).await?;
+    Ok(iface
         .is_some_and(|i| i.external_ids.0.get(OVN_INSTALLED).map(String::as_str) == Some("true")))
 }
 
