@@ -21,8 +21,8 @@ use std::net::Ipv4Addr;
 use roam_dhcp_opts::{Ipv4Net, MacAddr};
 
 use super::overlay::{
-    LogicalRouter, LogicalSwitch, OverlaySpec, PlanError, RouterPort, SnatRule, StaticRoute,
-    SwitchPort, SwitchPortKind, Topology,
+    LogicalRouter, LogicalSwitch, OverlaySpec, PlanError, SnatRule, StaticRoute, SwitchPort,
+    SwitchPortKind, Topology, link,
 };
 use super::underlay::{check_physnet, check_vlan_tag, localnet_port, vlan_switch};
 
@@ -180,39 +180,26 @@ pub(super) fn plan(
         options: [("chassis".to_string(), e.chassis.clone())].into(),
         ..Default::default()
     };
-    let ext = format!("{lr_name}-ext");
-    lr.ports.insert(
-        ext.clone(),
-        RouterPort {
-            name: ext.clone(),
-            mac: e.router_mac,
-            networks: vec![format!("{}/{}", e.router_ip, e.subnet.prefix_len())],
-        },
-    );
-    let peer = format!("{ls_name}-{lr_name}");
-    ls.ports.insert(
-        peer.clone(),
-        SwitchPort {
-            name: peer,
-            kind: SwitchPortKind::Router { router_port: ext },
-        },
-    );
-    let up = format!("{lr_name}-join");
-    lr.ports.insert(
-        up.clone(),
-        RouterPort {
-            name: up.clone(),
-            mac: e.join_mac,
-            networks: vec![format!("{}/{}", e.join_ip, spec.join_subnet.prefix_len())],
-        },
+    link(
+        &mut lr,
+        (
+            &format!("{lr_name}-ext"),
+            e.router_mac,
+            format!("{}/{}", e.router_ip, e.subnet.prefix_len()),
+        ),
+        &mut ls,
+        format!("{ls_name}-{lr_name}"),
     );
     let peer = format!("{}-{lr_name}", join.name);
-    join.ports.insert(
-        peer.clone(),
-        SwitchPort {
-            name: peer,
-            kind: SwitchPortKind::Router { router_port: up },
-        },
+    link(
+        &mut lr,
+        (
+            &format!("{lr_name}-join"),
+            e.join_mac,
+            format!("{}/{}", e.join_ip, spec.join_subnet.prefix_len()),
+        ),
+        join,
+        peer,
     );
     lr.routes.insert(StaticRoute {
         ip_prefix: default,

@@ -604,18 +604,22 @@ pub(super) fn workload_port(
     }
 }
 
-/// Attach switch `ls` to router `lr` through the anycast gateway: router port `port` with the
-/// gateway's IP (on the subnet's prefix) and MAC, and its peer `<ls>-gw` on the switch.
-fn anycast_gateway(spec: &OverlaySpec, lr: &mut LogicalRouter, port: &str, ls: &mut LogicalSwitch) {
+/// Connect router `lr` to switch `ls`: router port `port` (`mac`, `network` as `IP/plen`) and
+/// its peer `peer` on the switch.
+pub(super) fn link(
+    lr: &mut LogicalRouter,
+    (port, mac, network): (&str, MacAddr, String),
+    ls: &mut LogicalSwitch,
+    peer: String,
+) {
     lr.ports.insert(
         port.to_string(),
         RouterPort {
             name: port.to_string(),
-            mac: spec.gateway_mac,
-            networks: vec![format!("{}/{}", spec.gateway, spec.subnet.prefix_len())],
+            mac,
+            networks: vec![network],
         },
     );
-    let peer = format!("{}-gw", ls.name);
     ls.ports.insert(
         peer.clone(),
         SwitchPort {
@@ -625,6 +629,14 @@ fn anycast_gateway(spec: &OverlaySpec, lr: &mut LogicalRouter, port: &str, ls: &
             },
         },
     );
+}
+
+/// Attach switch `ls` to router `lr` through the anycast gateway: router port `port` with the
+/// gateway's IP (on the subnet's prefix) and MAC, and its peer `<ls>-gw` on the switch.
+fn anycast_gateway(spec: &OverlaySpec, lr: &mut LogicalRouter, port: &str, ls: &mut LogicalSwitch) {
+    let network = format!("{}/{}", spec.gateway, spec.subnet.prefix_len());
+    let peer = format!("{}-gw", ls.name);
+    link(lr, (port, spec.gateway_mac, network), ls, peer);
 }
 
 /// Plan the overlay network `spec` over `nodes` with the workload `ports`.
@@ -679,24 +691,15 @@ pub fn plan_overlay_with(
         name: fabric_name.clone(),
         ..Default::default()
     };
-    let fabric_port = format!("{fabric_name}-join");
-    fabric.ports.insert(
-        fabric_port.clone(),
-        RouterPort {
-            name: fabric_port.clone(),
-            mac: spec.fabric_mac,
-            networks: vec![format!("{}/{join_plen}", spec.fabric_ip)],
-        },
-    );
-    let peer = format!("{join_name}-{fabric_name}");
-    join.ports.insert(
-        peer.clone(),
-        SwitchPort {
-            name: peer,
-            kind: SwitchPortKind::Router {
-                router_port: fabric_port,
-            },
-        },
+    link(
+        &mut fabric,
+        (
+            &format!("{fabric_name}-join"),
+            spec.fabric_mac,
+            format!("{}/{join_plen}", spec.fabric_ip),
+        ),
+        &mut join,
+        format!("{join_name}-{fabric_name}"),
     );
 
     for n in nodes {
@@ -711,24 +714,15 @@ pub fn plan_overlay_with(
             ..Default::default()
         };
         anycast_gateway(spec, &mut lr, &format!("{lr_name}-gw"), &mut ls);
-        let up_port = format!("{lr_name}-join");
-        lr.ports.insert(
-            up_port.clone(),
-            RouterPort {
-                name: up_port.clone(),
-                mac: n.join_mac,
-                networks: vec![format!("{}/{join_plen}", n.join_ip)],
-            },
-        );
-        let peer = format!("{join_name}-{lr_name}");
-        join.ports.insert(
-            peer.clone(),
-            SwitchPort {
-                name: peer,
-                kind: SwitchPortKind::Router {
-                    router_port: up_port,
-                },
-            },
+        link(
+            &mut lr,
+            (
+                &format!("{lr_name}-join"),
+                n.join_mac,
+                format!("{}/{join_plen}", n.join_ip),
+            ),
+            &mut join,
+            format!("{join_name}-{lr_name}"),
         );
         // both halves of the subnet to the fabric: more specific than the connected subnet
         for h in &halves {
