@@ -17,7 +17,11 @@ ovn_central_up() {
   done
   ovn-nbctl --no-wait init
   ovn-sbctl init
-  ovn-northd -vconsole:off --detach --no-chdir --pidfile="$CENTRAL/ovn-northd.pid" --log-file="$CENTRAL/ovn-northd.log" \
+  # ovn-northd at the lowest CPU priority (ROAM_LAB_NORTHD_NICE, default 19): on a cluster
+  # OVN central runs on hosts of its own; here it shares the lab's CPUs with both nodes'
+  # QEMUs and ovn-controllers, and with many addresses in the NB its full recomputes (northd
+  # 23.03: ~2.3 s of CPU each at 10 000) would take CPU a node's VM and ovn-controller need.
+  nice -n "${ROAM_LAB_NORTHD_NICE:-19}" ovn-northd -vconsole:off --detach --no-chdir --pidfile="$CENTRAL/ovn-northd.pid" --log-file="$CENTRAL/ovn-northd.log" \
     --unixctl="$CENTRAL/ovn-northd.ctl" --ovnnb-db="$OVN_NB_DB" --ovnsb-db="$OVN_SB_DB" 9>&- || return 1
 }
 

@@ -15,7 +15,7 @@
 //!   its life, and after a switchover the source shim has nothing left to stop. The tap and
 //!   OVS port are removed only when no domain of the VM's name is on this node.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -144,6 +144,11 @@ struct State {
     last_reset: Option<SystemTime>,
     /// The running outgoing migration's pause, as reported.
     pause: crate::events::Pause,
+    /// Taps ovn-controller has installed here (a target's, before its VM came in). Once
+    /// installed a port stays so for this launcher (only the controller's rollback unbinds
+    /// it, and that deletes the launcher): the status polls OVS only for the others, so a
+    /// copy's 50 ms status polls cost no OVSDB round trips once every port is in.
+    installed: BTreeSet<String>,
 }
 
 struct EventLog {
@@ -436,13 +441,18 @@ impl Shim {
         let cfg = &self.inner.cfg;
         let mut out = vec![];
         for (tap, port) in cfg.plumbing() {
-            let installed = match net::ovn_installed(&cfg.ovs_db, tap).await {
-                Ok(i) => i,
-                Err(e) => {
-                    tracing::debug!(vm = %self.name(), tap, error = %e, "port state");
-                    false
-                }
-            };
+            let known = lock(&self.inner.state).installed.contains(tap);
+            let installed = known
+                || match net::ovn_installed(&cfg.ovs_db, tap).await {
+                    Ok(i) => i,
+                    Err(e) => {
+                        tracing::debug!(vm = %self.name(), tap, error = %e, "port state");
+                        false
+                    }
+                };
+            if installed && !known {
+                lock(&self.inner.state).installed.insert(tap.to_string());
+            }
             out.push(PortState {
                 port: port.to_string(),
                 tap: tap.to_string(),
