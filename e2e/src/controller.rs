@@ -102,14 +102,22 @@ impl ControllerProcess {
 
     /// GET its `/metrics`.
     pub fn scrape(&self) -> Option<String> {
+        self.get("/metrics").map(|(_, body)| body)
+    }
+
+    /// GET `path` from its metrics address: the status code and the body (`None`: no
+    /// answer).
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(&self.metrics).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
             .ok()?;
         let mut out = String::new();
         s.read_to_string(&mut out).ok()?;
-        out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+        let (head, body) = out.split_once("\r\n\r\n")?;
+        let code = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((code, body.to_string()))
     }
 
     /// Its resident set size in KiB, from `/proc/PID/status`.

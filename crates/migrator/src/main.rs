@@ -205,16 +205,18 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let flags = parse()?;
     let client = client(flags.kubeconfig.as_deref()).await?;
-    let metrics = match &flags.metrics_addr {
-        Some(a) => Some(
-            tokio::net::TcpListener::bind(a)
-                .await
-                .with_context(|| format!("listen for metrics on {a}"))?,
-        ),
-        None => None,
-    };
-    if let Some(m) = &metrics {
-        tracing::info!(addr = %m.local_addr()?, "metrics on /metrics");
+    // served from the start, leader or not: a standby's probes must answer too
+    let served = controller::Served::default();
+    if let Some(a) = &flags.metrics_addr {
+        let listener = tokio::net::TcpListener::bind(a)
+            .await
+            .with_context(|| format!("listen for metrics on {a}"))?;
+        tracing::info!(addr = %listener.local_addr()?, "metrics on /metrics, probes on /healthz and /readyz");
+        tokio::spawn(
+            served
+                .clone()
+                .serve(listener, client.clone(), flags.nb.clone()),
+        );
     }
     let config = Config {
         nb: flags.nb.clone(),
@@ -238,7 +240,7 @@ async fn main() -> anyhow::Result<()> {
     };
     tracing::info!(identity = %flags.identity, nb = %flags.nb, leader_elect = flags.leader_elect, "roam-controller starting");
     if !flags.leader_elect {
-        controller::run(client, config, metrics, stop_signal()).await?;
+        controller::run(client, config, served, stop_signal()).await?;
         return Ok(());
     }
     let lease = leader::LeaderConfig {
@@ -253,7 +255,7 @@ async fn main() -> anyhow::Result<()> {
         _ = stop_signal() => return Ok(()),
     }
     tokio::select! {
-        r = controller::run(client.clone(), config, metrics, stop_signal()) => r?,
+        r = controller::run(client.clone(), config, served, stop_signal()) => r?,
         _ = leader::hold(client, &lease) => {
             tracing::error!("leadership lost: exiting so that no two leaders act at once");
             std::process::exit(3);

@@ -469,7 +469,7 @@ pub(super) fn context(
     let verifier = ApiServerVerifier::start(handle);
     let config = config();
     let nb = ReconnectingClient::start(OFFLINE_NB, Default::default()).expect("an NB endpoint");
-    let (ctx, _flips) = Context::new(client, config, (nb, None));
+    let (ctx, _flips) = Context::new(client, config, (nb, None), Default::default());
     {
         let mut index = ctx.index.lock().expect("index lock");
         for n in networks {

@@ -1,5 +1,5 @@
 //! Prometheus metrics in the text exposition format, served over plain HTTP (`GET /metrics`,
-//! `GET /healthz`). Small enough to write here rather than pull in a metrics stack: counters
+//! `GET /healthz`, `GET /readyz`: [`super::health`]). Small enough to write here rather than pull in a metrics stack: counters
 //! and two latency histograms; the address gauges are computed from the index at scrape time.
 
 use std::collections::BTreeMap;
@@ -136,10 +136,11 @@ impl Metrics {
     }
 }
 
-/// Serve `/metrics` and `/healthz` on `listener` until the task is dropped.
+/// Serve `/metrics`, `/healthz` and `/readyz` on `listener` until the task is dropped.
 pub async fn serve(
     listener: TcpListener,
     metrics: Metrics,
+    health: Arc<super::health::Health>,
     gauges: impl Fn() -> Gauges + Send + Sync + 'static,
 ) {
     let gauges = Arc::new(gauges);
@@ -149,6 +150,7 @@ pub async fn serve(
         };
         let metrics = metrics.clone();
         let gauges = gauges.clone();
+        let health = health.clone();
         tokio::spawn(async move {
             let mut buf = vec![0u8; 4096];
             let mut len = 0;
@@ -167,9 +169,13 @@ pub async fn serve(
             let (status, body) = match path {
                 "/metrics" => ("200 OK", metrics.render(&gauges())),
                 "/healthz" => ("200 OK", "ok\n".to_string()),
+                "/readyz" => match health.readiness() {
+                    (true, text) => ("200 OK", text),
+                    (false, text) => ("503 Service Unavailable", text),
+                },
                 _ => (
                     "404 Not Found",
-                    "not found: try /metrics or /healthz\n".to_string(),
+                    "not found: try /metrics, /healthz or /readyz\n".to_string(),
                 ),
             };
             let resp = format!(

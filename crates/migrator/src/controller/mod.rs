@@ -20,6 +20,7 @@
 
 #[cfg(test)]
 mod fixtures;
+pub mod health;
 pub mod index;
 pub mod leader;
 pub mod metrics;
@@ -128,6 +129,7 @@ impl Context {
         client: kube::Client,
         config: Config,
         (nb, sb): (ReconnectingClient, Option<ReconnectingClient>),
+        metrics: Metrics,
     ) -> (Arc<Context>, mpsc::UnboundedReceiver<Moved>) {
         let (ovn, flips_rx) = ovn::State::new();
         let recorder = Recorder::new(
@@ -144,7 +146,7 @@ impl Context {
             index: Mutex::new(Index::default()),
             nb,
             sb,
-            metrics: Metrics::default(),
+            metrics,
             recorder,
             wake: Wake::default(),
             ovn,
@@ -304,12 +306,36 @@ pub fn gauges(ctx: &Context) -> metrics::Gauges {
         .collect()
 }
 
-/// Run every controller (and serve metrics on `metrics_listener`) until `stop` resolves or
-/// a controller stops (it never should).
+/// What the process serves on its metrics address from the start, before it leads: the
+/// metrics, the health checks, and the address gauges once the controllers run.
+#[derive(Clone, Default)]
+pub struct Served {
+    /// The controllers' counters and histograms.
+    pub metrics: Metrics,
+    /// The readiness checks' results.
+    pub health: Arc<health::Health>,
+    ctx: Arc<std::sync::OnceLock<Arc<Context>>>,
+}
+
+impl Served {
+    /// Serve `/metrics`, `/healthz` and `/readyz` on `listener`, and run the health checks
+    /// against `client` and the NB at `nb`, until the task is dropped.
+    pub async fn serve(self, listener: tokio::net::TcpListener, client: kube::Client, nb: String) {
+        let ctx = self.ctx.clone();
+        let gauges = move || ctx.get().map(|c| gauges(c)).unwrap_or_default();
+        tokio::join!(
+            metrics::serve(listener, self.metrics, self.health.clone(), gauges),
+            health::probe(self.health, client, nb),
+        );
+    }
+}
+
+/// Run every controller until `stop` resolves or a controller stops (it never should);
+/// `served` gets the controllers' figures.
 pub async fn run(
     client: kube::Client,
     config: Config,
-    metrics_listener: Option<tokio::net::TcpListener>,
+    served: Served,
     stop: impl std::future::Future<Output = ()>,
 ) -> crate::Result<()> {
     let nb = ReconnectingClient::start(&config.nb, Default::default())?;
@@ -317,14 +343,10 @@ pub async fn run(
         Some(sb) => Some(ReconnectingClient::start(sb, Default::default())?),
         None => None,
     };
-    let (ctx, flips_rx) = Context::new(client, config, (nb, sb));
+    let (ctx, flips_rx) = Context::new(client, config, (nb, sb), served.metrics.clone());
+    let _ = served.ctx.set(ctx.clone());
+    served.health.set_leading();
     let mut tasks = tokio::task::JoinSet::new();
-    if let Some(listener) = metrics_listener {
-        let c = ctx.clone();
-        tasks.spawn(metrics::serve(listener, ctx.metrics.clone(), move || {
-            gauges(&c)
-        }));
-    }
     tasks.spawn(watch::addresses(ctx.clone()));
     tasks.spawn(watch::networks(ctx.clone()));
     tasks.spawn(watch::nodes(ctx.clone()));

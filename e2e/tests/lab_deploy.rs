@@ -1,0 +1,158 @@
+//! roam's install (`deploy/`) against the lab's real kube-apiserver, and what the
+//! controller's probes say: the whole kustomization passes a server-side dry run; a standby
+//! replica answers its probes before it leads; a replica pointed at a database that is not
+//! OVN's northbound is not ready and says why, in `/readyz` and in its log.
+
+use std::path::Path;
+use std::time::Duration;
+
+use roam_e2e::{ControllerProcess, Lab, apply_crds, kubectl, try_kubectl, wait_until_else};
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn deploy_dir() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .to_str()
+        .expect("utf-8 path")
+        .to_string()
+}
+
+#[test]
+fn the_kustomization_passes_a_server_side_dry_run() {
+    let lab = Lab::get();
+    // a dry run creates nothing, so the objects in roam-system need the namespace to exist
+    if try_kubectl(&lab, &["get", "namespace", "roam-system"]).is_err() {
+        kubectl(&lab, &["create", "namespace", "roam-system"]);
+    }
+    let out = kubectl(
+        &lab,
+        &[
+            "apply",
+            "--dry-run=server",
+            "-k",
+            &deploy_dir(),
+            "-o",
+            "name",
+        ],
+    );
+    let kinds: Vec<&str> = out.lines().collect();
+    for want in [
+        "customresourcedefinition.apiextensions.k8s.io/networks.roam.dev",
+        "customresourcedefinition.apiextensions.k8s.io/virtualmachinemigrations.roam.dev",
+        "clusterrole.rbac.authorization.k8s.io/roam-controller",
+        "deployment.apps/roam-controller",
+        "service/roam-controller-metrics",
+        "daemonset.apps/roam-cni",
+    ] {
+        assert!(
+            kinds.contains(&want),
+            "the dry run did not include {want}:\n{out}"
+        );
+    }
+    assert!(
+        kinds
+            .iter()
+            .any(|k| k.starts_with("configmap/roam-controller-config-")),
+        "no generated configuration in\n{out}"
+    );
+}
+
+/// `/readyz` of `ctl` once it has the wanted status code.
+fn readyz(ctl: &ControllerProcess, code: u16) -> String {
+    wait_until_else(
+        LONG,
+        &format!("/readyz answering {code}"),
+        || match ctl.get("/readyz") {
+            Some((c, body)) if c == code => Some(body),
+            _ => None,
+        },
+        || {
+            format!(
+                "last answer: {:?}\n{}",
+                ctl.get("/readyz"),
+                ctl.log_tail(30)
+            )
+        },
+    )
+}
+
+#[test]
+fn a_standby_answers_its_probes_and_a_wrong_nb_is_named() {
+    let lab = Lab::get();
+    apply_crds(&lab);
+    let lease = format!("readyz-{}", std::process::id());
+    // selectors nobody matches: these controllers must not act on other tests' objects
+    let common = [
+        "--leader-elect",
+        "true",
+        "--lease-namespace",
+        "default",
+        "--lease-name",
+        lease.as_str(),
+        "--network-selector",
+        "roam.dev/test=readyz-none",
+        "--pod-namespace",
+        "readyz-none",
+    ];
+    let leader = ControllerProcess::start(&lab, "readyz-leader", 18040, &common);
+    let body = readyz(&leader, 200);
+    assert!(
+        body.contains("kubernetes: ok") && body.contains("ovn-nb: ok"),
+        "{body}"
+    );
+    wait_until_else(
+        LONG,
+        "the first controller to lead",
+        || {
+            leader
+                .get("/readyz")
+                .filter(|(_, b)| b.contains("role: leader"))
+        },
+        || leader.log_tail(30),
+    );
+
+    // the southbound database answers OVSDB, but it is not the northbound
+    let mut args = common.to_vec();
+    args.extend(["--nb", lab.sb_tcp()]);
+    let standby = ControllerProcess::start(&lab, "readyz-standby", 18041, &args);
+    let body = readyz(&standby, 503);
+    assert!(body.contains("role: standby"), "{body}");
+    assert!(
+        body.contains("serves [\"OVN_Southbound\"], not OVN_Northbound"),
+        "{body}"
+    );
+    assert!(body.contains("kubernetes: ok"), "{body}");
+    assert_eq!(
+        standby.get("/healthz").map(|(c, _)| c),
+        Some(200),
+        "a standby must pass its liveness probe"
+    );
+    let log = standby.log_text();
+    assert!(
+        log.contains("not ready") && log.contains("not OVN_Northbound"),
+        "the log must say what is wrong:\n{log}"
+    );
+
+    // nothing listening at all
+    let mut args = common.to_vec();
+    args.extend(["--nb", "tcp:127.0.0.1:1"]);
+    let nowhere = ControllerProcess::start(&lab, "readyz-nowhere", 18042, &args);
+    let body = readyz(&nowhere, 503);
+    assert!(
+        body.contains("cannot connect to the OVN northbound database at tcp:127.0.0.1:1"),
+        "{body}"
+    );
+    drop((leader, standby, nowhere));
+    let _ = try_kubectl(
+        &lab,
+        &[
+            "-n",
+            "default",
+            "delete",
+            "lease",
+            &lease,
+            "--ignore-not-found",
+        ],
+    );
+}
