@@ -369,6 +369,17 @@ impl ApiServerVerifier {
             .map(|v| serde_json::from_value(v.clone()).expect("a stored object"))
     }
 
+    /// The stored objects of the collection at `path`, deserialized.
+    pub(super) fn list<K: serde::de::DeserializeOwned>(&self, path: &str) -> Vec<K> {
+        let st = self.state.lock().expect("server state");
+        let prefix = format!("{path}/");
+        st.objects
+            .iter()
+            .filter(|(k, _)| k.strip_prefix(&prefix).is_some_and(|r| !r.contains('/')))
+            .map(|(_, v)| serde_json::from_value(v.clone()).expect("a stored object"))
+            .collect()
+    }
+
     /// Expect exactly `scenario`'s requests from now on.
     pub(super) fn expect(&self, scenario: Scenario) {
         let mut st = self.state.lock().expect("server state");

@@ -34,6 +34,7 @@ use crate::core::launcher::{
     LAUNCHER_LABEL, LauncherSpec, launcher_pod, shim_url, token_secret, vm_key,
 };
 use crate::core::launcher::{Mode, pod_failed, pod_running};
+use crate::core::placement::{self, Need, NodeFacts, Taint};
 use crate::core::vm::readiness::{condition, readiness, set_condition};
 use crate::core::vm::tap_name;
 use crate::core::vm::{
@@ -103,22 +104,60 @@ fn node_ip_if_ready(n: &Node) -> Option<String> {
         .map(|a| a.address.clone())
 }
 
-/// Ready nodes (name, ip) of the node selector, sorted by name.
-pub(super) async fn ready_nodes(ctx: &Context) -> Result<Vec<(String, String)>> {
+/// What the scheduler would weigh of each node of the node selector (see
+/// [`crate::core::placement`]): readiness, cordon, taints, labels, allocatable memory and
+/// what the pods bound to it (not finished) request.
+pub(super) async fn node_facts(ctx: &Context) -> Result<Vec<NodeFacts>> {
     let api: Api<Node> = Api::all(ctx.client.clone());
     let mut lp = ListParams::default();
     if let Some(s) = &ctx.config.node_selector {
         lp = lp.labels(s);
     }
-    let mut out: Vec<(String, String)> = api
-        .list(&lp)
-        .await?
-        .items
+    let nodes = api.list(&lp).await?.items;
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    let live = ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed");
+    let mut requested: BTreeMap<String, u64> = BTreeMap::new();
+    for p in pods.list(&live).await?.items {
+        let Some(spec) = p.spec else { continue };
+        let Some(node) = spec.node_name else { continue };
+        let mib: u64 = spec
+            .containers
+            .iter()
+            .filter_map(|c| c.resources.as_ref()?.requests.as_ref()?.get("memory"))
+            .filter_map(|q| placement::memory_mib(&q.0))
+            .sum();
+        *requested.entry(node).or_default() += mib;
+    }
+    Ok(nodes
         .iter()
-        .filter_map(|n| Some((n.name_any(), node_ip_if_ready(n)?)))
-        .collect();
-    out.sort();
-    Ok(out)
+        .map(|n| {
+            let name = n.name_any();
+            let spec = n.spec.clone().unwrap_or_default();
+            NodeFacts {
+                ready: node_ip_if_ready(n).is_some(),
+                unschedulable: spec.unschedulable.unwrap_or(false),
+                taints: spec
+                    .taints
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|t| Taint {
+                        key: t.key,
+                        value: t.value.unwrap_or_default(),
+                        effect: t.effect,
+                    })
+                    .collect(),
+                labels: n.labels().clone(),
+                allocatable_mib: n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.allocatable.as_ref()?.get("memory"))
+                    .and_then(|q| placement::memory_mib(&q.0))
+                    .unwrap_or(0),
+                requested_mib: requested.get(&name).copied().unwrap_or(0),
+                name,
+            }
+        })
+        .collect())
 }
 
 /// The VM's token (its Secret, created with a random token the first time).
@@ -310,16 +349,21 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
     }))
 }
 
-/// The VM's node — where it runs, else the requested one, else the first Ready one — and
-/// its IP; `None` (status written: Scheduling) while there is none Ready.
+/// The VM's node — where it runs, else the requested one, else the one
+/// [`placement::pick`] chooses — and its IP; `None` (status written: Scheduling, with why)
+/// while there is none.
 async fn place(
     ctx: &Context,
     vm: &VirtualMachine,
     st: &mut VirtualMachineStatus,
 ) -> Result<Option<(String, String)>> {
-    let node = match st.node.clone().or_else(|| vm.spec.node.clone()) {
-        Some(n) => Some(n),
-        None => ready_nodes(ctx).await?.into_iter().next().map(|(n, _)| n),
+    let (node, unplaced) = match st.node.clone().or_else(|| vm.spec.node.clone()) {
+        Some(n) => (Some(n), None),
+        None => match placement::pick(&node_facts(ctx).await?, None, &Need::vm(vm.spec.memory_mib))
+        {
+            Ok(n) => (Some(n), None),
+            Err(why) => (None, Some(why)),
+        },
     };
     let ip = match &node {
         Some(n) => ready_node_ip(ctx, n).await?,
@@ -329,7 +373,7 @@ async fn place(
         return Ok(Some((node, ip)));
     }
     let (reason, msg) = match node {
-        None => ("NoNode", "no Ready node".to_string()),
+        None => ("NoNode", unplaced.unwrap_or_else(|| "no node".into())),
         Some(n) => (
             "NodeNotReady",
             format!("node {n} does not exist or is not Ready"),
@@ -496,46 +540,57 @@ async fn refuse(
 
 /// `roam.dev/migrate-to` → a VirtualMachineMigration (or a Warning Event when the value is
 /// malformed); the annotation is removed either way.
+/// A migration request that creates nothing: a Warning Event and the VM's
+/// `MigrationRequest` condition say why.
+async fn refuse_migration(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    reason: &str,
+    msg: String,
+) -> Result<()> {
+    tracing::warn!(vm = %vm_key(vm), error = %msg, "migration refused");
+    ctx.event(
+        vm.object_ref(&()),
+        true,
+        "MigrationRejected",
+        "Migrate",
+        msg.clone(),
+    );
+    let mut st = vm.status.clone().unwrap_or_default();
+    set_condition(
+        &mut st.conditions,
+        condition(
+            "MigrationRequest",
+            false,
+            reason,
+            &msg,
+            vm.metadata.generation,
+        ),
+    );
+    patch_status(ctx, vm, &st).await
+}
+
 async fn trigger_migration(ctx: &Context, vm: &VirtualMachine, value: &str) -> Result<()> {
     let ns = vm.namespace().unwrap_or_default();
     let name = vm.name_any();
     let vms: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), &ns);
     let target = match parse_migrate_to(value) {
         Err(e) => {
-            let msg = e.to_string();
-            tracing::warn!(vm = %vm_key(vm), error = %msg, "migration refused");
-            ctx.event(
-                vm.object_ref(&()),
-                true,
-                "MigrationRejected",
-                "Migrate",
-                msg.clone(),
-            );
-            let mut st = vm.status.clone().unwrap_or_default();
-            set_condition(
-                &mut st.conditions,
-                condition(
-                    "MigrationRequest",
-                    false,
-                    "InvalidAnnotation",
-                    &msg,
-                    vm.metadata.generation,
-                ),
-            );
-            patch_status(ctx, vm, &st).await?;
+            refuse_migration(ctx, vm, "InvalidAnnotation", e.to_string()).await?;
             None
         }
         Ok(MigrateTo::Node(n)) => Some(n),
         Ok(MigrateTo::Auto) => {
             let here = vm.status.as_ref().and_then(|s| s.node.clone());
-            Some(
-                ready_nodes(ctx)
-                    .await?
-                    .into_iter()
-                    .map(|(n, _)| n)
-                    .find(|n| Some(n) != here.as_ref())
-                    .unwrap_or_default(),
-            )
+            let need = Need::vm(vm.spec.memory_mib);
+            match placement::pick(&node_facts(ctx).await?, here.as_deref(), &need) {
+                Ok(n) => Some(n),
+                Err(why) => {
+                    refuse_migration(ctx, vm, "NoTargetNode", format!("migrate-to=auto: {why}"))
+                        .await?;
+                    None
+                }
+            }
         }
     };
     if let Some(target) = target {

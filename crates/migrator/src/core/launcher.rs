@@ -235,6 +235,11 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
                 "image": cfg.launcher_image,
                 "imagePullPolicy": "IfNotPresent",
                 "args": args,
+                // what the scheduler and the kubelet count against the node: the guest's
+                // memory and QEMU's and the shim's own (roam's placement does the same sum)
+                "resources": {"requests": {
+                    "memory": format!("{}Mi", crate::core::placement::Need::vm(vm.spec.memory_mib).memory_mib),
+                }},
                 "securityContext": {"privileged": true},
                 "volumeMounts": mounts,
             }],
@@ -355,6 +360,17 @@ mod tests {
         assert_eq!(spec.node_name.as_deref(), Some("node-a"));
         assert_eq!(spec.host_network, Some(true));
         assert_eq!(spec.automount_service_account_token, Some(false));
+        // the guest's 256 MiB and the launcher's overhead, counted against the node
+        let requests = spec.containers[0]
+            .resources
+            .clone()
+            .unwrap()
+            .requests
+            .unwrap();
+        assert_eq!(
+            requests["memory"].0,
+            format!("{}Mi", 256 + crate::core::placement::LAUNCHER_OVERHEAD_MIB)
+        );
         // nothing the target node's kubelet must fetch through the node authorizer
         for v in spec.volumes.iter().flatten() {
             assert!(

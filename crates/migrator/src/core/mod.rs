@@ -13,6 +13,8 @@
 //! - [`vm`]: a VM's interfaces → its Addresses and NICs; per Address, what a migration does.
 //! - [`launcher`]: a VM's launcher pod and the names its pods, domain and shim go by.
 //! - [`migration`]: the migration state machine, what it observes, and spec validation.
+//! - [`placement`]: which node takes a VM (its start, `migrate-to=auto`) under the
+//!   scheduler's constraints.
 
 pub mod claim;
 pub mod event;
@@ -20,5 +22,6 @@ pub mod launcher;
 pub mod migration;
 pub mod network;
 pub mod ovn;
+pub mod placement;
 pub mod pool;
 pub mod vm;

@@ -31,6 +31,7 @@ pub(super) fn node(name: &str, ip: &str) -> Node {
         "status": {
             "conditions": [{"type": "Ready", "status": "True"}],
             "addresses": [{"type": "InternalIP", "address": ip}],
+            "allocatable": {"memory": "8Gi"},
         },
     }))
     .expect("a Node")

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use kube::ResourceExt;
 use serde_json::json;
 
 use super::super::fixtures::{Expect, Scenario, context};
@@ -10,6 +11,9 @@ use super::{address, network, node, vm};
 use crate::api::{Address, VirtualMachine, VmPhase};
 
 const VMS: &str = "/apis/roam.dev/v1alpha1/namespaces/ns/virtualmachines";
+/// The pods that count against the nodes (placement).
+const PODS_LIVE: &str =
+    "/api/v1/pods?&fieldSelector=status.phase%21%3DSucceeded%2Cstatus.phase%21%3DFailed";
 
 /// Claim, port, token, launcher pod, status: in this order, each once.
 #[tokio::test]
@@ -23,6 +27,7 @@ async fn a_new_vm_claims_its_address_then_gets_its_launcher_pod() {
     api.put(&vm());
     api.expect(Scenario::Steps(vec![
         Expect::get("/api/v1/nodes?"),
+        Expect::get(PODS_LIVE),
         Expect::get("/api/v1/nodes/node-a"),
         Expect::post("/apis/roam.dev/v1alpha1/addresses?").with(json!({
             "spec": {"network": "net", "owner": "ns/demo", "host": "node-a", "reserved": true},
@@ -48,7 +53,7 @@ async fn a_new_vm_claims_its_address_then_gets_its_launcher_pod() {
         action,
         kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(1))
     );
-    let ip = bodies[2]["spec"]["ip"].as_str().expect("an IP").to_string();
+    let ip = bodies[3]["spec"]["ip"].as_str().expect("an IP").to_string();
     assert!(ip.starts_with("10.1.0."), "{ip}");
     let st = api
         .get::<VirtualMachine>(&format!("{VMS}/demo"))
@@ -110,4 +115,153 @@ async fn a_claim_that_loses_its_race_reads_the_winner_and_takes_another_ip() {
         .get("/apis/roam.dev/v1alpha1/addresses/net-10-1-0-2")
         .unwrap();
     assert_eq!(stored.spec.owner.as_deref(), Some("ns/other"));
+}
+
+/// A VM without `spec.node` goes where the scheduler's constraints allow and the most memory
+/// is left — not to the first name — and waits in Scheduling, saying why, when no node fits.
+#[tokio::test]
+async fn a_vm_without_a_node_goes_where_it_fits_best_or_says_why_none_fits() {
+    let (ctx, api) = context(
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a", "node-b", "node-c"],
+        &[],
+    );
+    // node-a: 8 GiB, 7.5 GiB requested by a pod; node-b: 8 GiB, nothing requested;
+    // node-c: cordoned
+    api.put(&node("node-a", "127.0.0.1"));
+    api.put(&node("node-b", "127.0.0.2"));
+    let mut c = node("node-c", "127.0.0.3");
+    c.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+        unschedulable: Some(true),
+        ..Default::default()
+    });
+    api.put(&c);
+    let busy: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "big", "namespace": "other"},
+        "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "x",
+                 "resources": {"requests": {"memory": "7680Mi"}}}]},
+    }))
+    .unwrap();
+    api.put(&busy);
+    api.put(&vm());
+    let _ = reconcile(Arc::new(vm()), ctx.clone())
+        .await
+        .expect("reconcile");
+    let st = api
+        .get::<VirtualMachine>(&format!("{VMS}/demo"))
+        .and_then(|v| v.status)
+        .expect("a status");
+    assert_eq!(st.node.as_deref(), Some("node-b"), "{st:?}");
+
+    // now none fits: the VM asks for more than any node has
+    let mut big = vm();
+    big.metadata.name = Some("huge".into());
+    big.spec.memory_mib = 16384;
+    api.put(&big);
+    let _ = reconcile(Arc::new(big), ctx.clone())
+        .await
+        .expect("reconcile");
+    let st = api
+        .get::<VirtualMachine>(&format!("{VMS}/huge"))
+        .and_then(|v| v.status)
+        .expect("a status");
+    assert_eq!(st.phase, VmPhase::Scheduling);
+    let ready = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("Ready");
+    assert_eq!(ready.reason, "NoNode");
+    // node-b's 8192 MiB less the first VM's launcher (256 + 192 MiB) just created there
+    assert!(
+        ready.message.contains("node-c: cordoned")
+            && ready
+                .message
+                .contains("node-b: 7744 MiB of memory free, the launcher requests 16576 MiB"),
+        "{}",
+        ready.message
+    );
+}
+
+/// `roam.dev/migrate-to=auto`: a migration to the node that fits best other than the VM's
+/// own; when none fits, no migration, and the VM's condition and an Event say why. The
+/// annotation goes either way.
+#[tokio::test]
+async fn migrate_to_auto_picks_a_node_that_fits_or_refuses_with_the_reasons() {
+    let (ctx, api) = context(
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a", "node-b", "node-c"],
+        &[],
+    );
+    let cordon = |name: &str, ip: &str| {
+        let mut n = node(name, ip);
+        n.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            unschedulable: Some(true),
+            ..Default::default()
+        });
+        n
+    };
+    api.put(&node("node-a", "127.0.0.1"));
+    api.put(&cordon("node-b", "127.0.0.2"));
+    api.put(&node("node-c", "127.0.0.3"));
+    let running = |name: &str| {
+        let mut v = vm();
+        v.metadata.name = Some(name.into());
+        v.metadata.annotations =
+            Some([("roam.dev/migrate-to".to_string(), "auto".to_string())].into());
+        v.status = Some(crate::api::VirtualMachineStatus {
+            phase: VmPhase::Running,
+            node: Some("node-a".into()),
+            ..Default::default()
+        });
+        v
+    };
+    api.put(&running("demo"));
+    let _ = reconcile(Arc::new(running("demo")), ctx.clone())
+        .await
+        .expect("reconcile");
+    let migrations: Vec<crate::api::VirtualMachineMigration> =
+        api.list("/apis/roam.dev/v1alpha1/namespaces/ns/virtualmachinemigrations");
+    assert_eq!(migrations.len(), 1, "{migrations:?}");
+    assert_eq!(migrations[0].spec.target_node.as_deref(), Some("node-c"));
+    let v = api
+        .get::<VirtualMachine>(&format!("{VMS}/demo"))
+        .expect("the VM");
+    assert!(
+        !v.annotations().contains_key("roam.dev/migrate-to"),
+        "annotation removed"
+    );
+
+    // node-c cordoned too: nothing fits
+    api.put(&cordon("node-c", "127.0.0.3"));
+    api.put(&running("other"));
+    let _ = reconcile(Arc::new(running("other")), ctx.clone())
+        .await
+        .expect("reconcile");
+    let migrations: Vec<crate::api::VirtualMachineMigration> =
+        api.list("/apis/roam.dev/v1alpha1/namespaces/ns/virtualmachinemigrations");
+    assert_eq!(migrations.len(), 1, "no second migration: {migrations:?}");
+    let v = api
+        .get::<VirtualMachine>(&format!("{VMS}/other"))
+        .expect("the VM");
+    assert!(
+        !v.annotations().contains_key("roam.dev/migrate-to"),
+        "annotation removed"
+    );
+    let c = v
+        .status
+        .unwrap_or_default()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "MigrationRequest")
+        .expect("a MigrationRequest condition");
+    assert_eq!(c.reason, "NoTargetNode");
+    assert_eq!(
+        c.message,
+        "migrate-to=auto: no node can take the VM: node-b: cordoned (spec.unschedulable); \
+         node-c: cordoned (spec.unschedulable)"
+    );
+    api.events(&["MigrationRequested", "MigrationRejected"])
+        .await;
 }
