@@ -10,7 +10,10 @@
 # ROAM_CNI_BINARY (the plugin in the image), ROAM_CNI_API_SERVER (https://HOST:PORT; default from
 # KUBERNETES_SERVICE_HOST/PORT), ROAM_CNI_OVS_DB, ROAM_CNI_BRIDGE, ROAM_CNI_ANNOTATION_TIMEOUT,
 # ROAM_CNI_NETWORK_NAME, ROAM_CNI_CNI_VERSION, ROAM_CNI_SA_DIR. `install.sh --once` installs and
-# exits.
+# exits. `install.sh --check` asks the plugin itself (CNI STATUS: the node's OVS database
+# answers and has the bridge) and prints why not: the DaemonSet's readiness probe, so that a
+# node without OVS shows as not ready, with the reason in the pod's events; the running
+# installer logs the same every minute while it fails.
 set -eu
 
 HOST=${ROAM_CNI_HOST_ROOT:-/host}
@@ -28,6 +31,18 @@ KUBECONFIG_NODE_PATH=/etc/cni/net.d/roam-cni.kubeconfig
 
 log() { printf '[roam-cni-install %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+
+# The plugin's STATUS against this node's OVS (the config STATUS needs: cniVersion 1.1.0).
+# Prints the plugin's error message when it is not ready.
+check() {
+  out=$(printf '{"cniVersion":"1.1.0","name":"%s","type":"roam-cni","ovsDb":"%s","bridge":"%s"}' \
+    "$NETWORK" "$OVS_DB" "$BRIDGE" | CNI_COMMAND=STATUS "$BINARY" 2>&1) && return 0
+  msg=$(printf '%s' "$out" | sed -n 's/.*"msg": *"\([^"]*\)".*/\1/p' | head -1)
+  printf 'roam-cni cannot plug pods on this node: %s (is Open vSwitch with ovn-controller running here?)\n' \
+    "${msg:-$out}"
+  return 1
+}
+if [ "${1:-}" = --check ]; then check; exit $?; fi
 
 if [ -n "${ROAM_CNI_API_SERVER:-}" ]; then
   API=$ROAM_CNI_API_SERVER
@@ -107,6 +122,13 @@ write_conflist
 trap 'log "stopping (the plugin and its config stay installed)"; exit 0' TERM INT
 token=$(cat "$SA/token")
 while :; do
+  if why=$(check); then
+    [ "${ready:-}" = yes ] || log "ready: the node's OVS answers ($OVS_DB, bridge $BRIDGE)"
+    ready=yes
+  else
+    log "ERROR: $why"
+    ready=no
+  fi
   sleep 60 &
   wait $! || true
   now=$(cat "$SA/token")

@@ -130,3 +130,117 @@ fn the_installer_refuses_without_a_service_account() {
     assert!(!s.0.join("host/etc/cni/net.d/00-roam.conflist").exists());
     assert!(!s.0.join("host/opt/cni/bin/roam-cni").exists());
 }
+
+/// `install.sh --check` (the DaemonSet's readiness probe) with `ovs_db`: its status and
+/// stdout.
+fn check(dir: &Path, ovs_db: &str) -> (bool, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/cni/install.sh");
+    let out = Command::new("sh")
+        .arg(script)
+        .arg("--check")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("ROAM_CNI_HOST_ROOT", dir.join("host"))
+        .env("ROAM_CNI_BINARY", env!("CARGO_BIN_EXE_roam-cni"))
+        .env("ROAM_CNI_SA_DIR", dir.join("sa"))
+        .env("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+        .env("ROAM_CNI_OVS_DB", ovs_db)
+        .output()
+        .expect("run install.sh --check");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// A real `ovsdb-server` with the Open_vSwitch schema and `bridges`, killed on drop.
+struct Ovs {
+    child: std::process::Child,
+    sock: PathBuf,
+}
+
+impl Ovs {
+    fn start(dir: &Path, bridges: &[&str]) -> Ovs {
+        let db = dir.join("conf.db");
+        let ok = Command::new("ovsdb-tool")
+            .arg("create")
+            .arg(&db)
+            .arg("/usr/share/openvswitch/vswitch.ovsschema")
+            .status()
+            .expect("run ovsdb-tool (is openvswitch installed?)");
+        assert!(ok.success(), "ovsdb-tool create");
+        let sock = dir.join("db.sock");
+        let child = Command::new("ovsdb-server")
+            .arg(format!("--remote=punix:{}", sock.display()))
+            .arg(format!("--unixctl={}", dir.join("ctl").display()))
+            .arg("--no-chdir")
+            .arg(&db)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start ovsdb-server (is openvswitch installed?)");
+        let ovs = Ovs { child, sock };
+        let db_arg = format!("--db=unix:{}", ovs.sock.display());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let r = Command::new("ovs-vsctl")
+                .args([db_arg.as_str(), "--no-wait", "--timeout=5", "init"])
+                .output()
+                .expect("run ovs-vsctl");
+            if r.status.success() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "ovsdb-server did not answer: {}",
+                String::from_utf8_lossy(&r.stderr)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        for b in bridges {
+            let r = Command::new("ovs-vsctl")
+                .args([db_arg.as_str(), "--no-wait", "add-br", b])
+                .output()
+                .expect("run ovs-vsctl");
+            assert!(r.status.success(), "add-br {b}: {r:?}");
+        }
+        ovs
+    }
+}
+
+impl Drop for Ovs {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The readiness probe passes only on a node whose OVS answers and has the bridge, and says
+/// what is missing otherwise.
+#[test]
+fn the_readiness_check_asks_the_plugin_about_the_nodes_ovs() {
+    let s = Scratch::new("check");
+    let (ready, out) = check(&s.0, "unix:/nonexistent/roam/db.sock");
+    assert!(!ready, "{out}");
+    assert!(
+        out.starts_with("roam-cni cannot plug pods on this node: ")
+            && out.contains(
+                "cannot reach the node's Open_vSwitch database at unix:/nonexistent/roam/db.sock"
+            )
+            && out.contains("is Open vSwitch with ovn-controller running here?"),
+        "{out}"
+    );
+
+    let no_bridge = Ovs::start(&s.0, &[]);
+    let db = format!("unix:{}", no_bridge.sock.display());
+    let (ready, out) = check(&s.0, &db);
+    assert!(!ready, "{out}");
+    assert!(out.contains("br-int"), "the missing bridge is named: {out}");
+    drop(no_bridge);
+
+    let dir = s.0.join("ovs2");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ovs = Ovs::start(&dir, &["br-int"]);
+    let (ready, out) = check(&s.0, &format!("unix:{}", ovs.sock.display()));
+    assert!(ready, "a node with OVS and br-int is ready: {out}");
+}
