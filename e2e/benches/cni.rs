@@ -19,8 +19,8 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use roam_contract::annotation::{Mode, PodAddress, addresses_annotation};
 use roam_e2e::{
-    Lab, LabNetwork, NodeNetns, PortBuilder, invoke_cni, overlay_fixture, percentile,
-    reconcile_on_lab, try_run, unscheduled_pod, wait_until,
+    Lab, LabNetwork, NodeNetns, PortBuilder, invoke_cni, node_kubeconfig, overlay_fixture,
+    percentile, reconcile_on_lab, try_run, unscheduled_pod, wait_until,
 };
 use roam_network::topology::{PortSpec, overlay_port_name, plan_overlay};
 use serde_json::json;
@@ -181,7 +181,7 @@ fn main() {
         .map(|i| NodeNetns::new(&lab, "node-a", &format!("h6b{i}")))
         .collect();
     let conf = json!({"cniVersion": "1.1.0", "name": NET, "type": "roam-cni",
-        "kubeconfig": lab.kubeconfig(), "annotationTimeoutSeconds": 20})
+        "kubeconfig": node_kubeconfig(&lab), "annotationTimeoutSeconds": 20})
     .to_string();
     println!("roam-cni: {}", roam_e2e::cni_binary().display());
 

@@ -42,7 +42,7 @@ fi
 # The launcher image follows the checkout: rebuilt when roam-shim changes.
 export PATH="$HOME/.cargo/bin:$PATH"
 (cd "$REPO" && cargo build --locked -q -p roam-vm-shim --bin roam-shim)
-SHIM=$REPO/target/debug/roam-shim
+SHIM=${CARGO_TARGET_DIR:-$REPO/target}/debug/roam-shim
 stamp=$(sha256sum "$SHIM" | cut -c1-16)
 if [ "$(cat "$OUT/launcher.stamp" 2>/dev/null)" != "$stamp" ] || [ ! -f "$OUT/launcher.tar" ]; then
   R=$W/launcher

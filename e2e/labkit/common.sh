@@ -26,8 +26,18 @@ SB_TCP_PORT=${ROAM_SB_TCP_PORT:-16642}
 # Paths kubelet, containerd, CNI and libvirt hard-code: each node gets its own copy, bind-mounted
 # in the node's private mount namespace (the host's are never written).
 NODE_BIND_PATHS="/run /etc/libvirt /var/lib/libvirt /var/log/libvirt /var/cache/libvirt \
-/var/lib/kubelet /var/log/pods /var/log/containers /var/lib/containerd /var/lib/cni /etc/cni/net.d /opt/cni"
+/var/lib/kubelet /var/log/pods /var/log/containers /var/lib/containerd /var/lib/cni /etc/cni/net.d /opt/cni \
+/etc/kubernetes"
 bind_src() { echo "$(node_dir "$1")/fs$(echo "$2" | tr / _)"; }
+# What a node must not see, as one host cannot see another's disk: the other nodes' trees,
+# OVN central's and the control plane's (its PKI holds the cluster CA's key). Each node's
+# mount namespace covers them with an empty read-only tmpfs (node-inner.sh); a node reaches
+# the API server, the OVN databases and the other node's libvirtd over the network only.
+node_hidden_paths() {
+  local n=$1 o out="$LAB_DIR/central $LAB_DIR/kube"
+  for o in $NODES; do [ "$o" = "$n" ] || out="$out $(node_dir "$o")"; done
+  echo "$out"
+}
 
 node_index() { case $1 in node-a) echo 11 ;; node-b) echo 12 ;; *) echo "unknown node $1" >&2; return 1 ;; esac; }
 node_ns() { echo "roam-$1"; }

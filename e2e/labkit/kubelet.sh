@@ -5,7 +5,7 @@
 # The nodes' CNI is chosen by ROAM_LAB_CNI:
 # - bridge (default for now): the CNI reference bridge plugin stands in as the nodes' network
 #   (pod net 10.215.<11|12>.0/24, routed between the nodes over the lab bridge);
-# - roam: roam-cni from this checkout ($E2E/../target/debug/roam-cni, `cargo build -p roam-cni`)
+# - roam: roam-cni from this checkout ($CARGO_TARGET_DIR or $E2E/../target, debug/roam-cni, `cargo build -p roam-cni`)
 #   with 00-roam.conflist; pods then need roam-controller to publish their roam.dev/addresses.
 ROAM_LAB_CNI=${ROAM_LAB_CNI:-bridge}
 
@@ -33,8 +33,16 @@ kubelet_pki() {
 }
 
 kubelet_configs() {
-  local n=$1 d pn other
+  local n=$1 d pn other k
   d=$(node_dir "$n"); pn=$(node_pod_net "$n")
+  # the node's own credentials at kubeadm's paths, on its own disk: it cannot see the
+  # control plane's directory (node_hidden_paths)
+  k=$(bind_src "$n" /etc/kubernetes)
+  mkdir -p "$k/pki"
+  install -m 600 "$KDIR/$n.kubeconfig" "$k/kubelet.conf"
+  install -m 644 "$KDIR/pki/ca.crt" "$k/pki/ca.crt"
+  install -m 644 "$KDIR/pki/$n-serving.crt" "$k/pki/kubelet.crt"
+  install -m 600 "$KDIR/pki/$n-serving.key" "$k/pki/kubelet.key"
   mkdir -p "$(bind_src "$n" /opt/cni)/bin" "$(bind_src "$n" /etc/cni/net.d)"
   for f in /usr/lib/cni/*; do ln -sf "$f" "$(bind_src "$n" /opt/cni)/bin/"; done
   cat > "$d/containerd.toml" <<EOF
@@ -103,12 +111,12 @@ kind: KubeletConfiguration
 address: $(node_ip "$n")
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-tlsCertFile: $KDIR/pki/$n-serving.crt
-tlsPrivateKeyFile: $KDIR/pki/$n-serving.key
+tlsCertFile: /etc/kubernetes/pki/kubelet.crt
+tlsPrivateKeyFile: /etc/kubernetes/pki/kubelet.key
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: false}
-  x509: {clientCAFile: $KDIR/pki/ca.crt}
+  x509: {clientCAFile: /etc/kubernetes/pki/ca.crt}
 authorization: {mode: AlwaysAllow}
 cgroupDriver: cgroupfs
 cgroupRoot: /$n
@@ -146,7 +154,7 @@ EOF
 # node's own credentials (the Node authorizer lets a node get the pods bound to it) and talks
 # to the node's OVS at its stock socket, /run/openvswitch/db.sock in the node's mount namespace.
 kubelet_roam_cni() {
-  local n=$1 bin=$E2E/../target/debug/roam-cni dir
+  local n=$1 bin=${CARGO_TARGET_DIR:-$E2E/../target}/debug/roam-cni dir
   [ -x "$bin" ] || { log "ROAM_LAB_CNI=roam needs $bin: run cargo build -p roam-cni"; return 1; }
   dir=$(bind_src "$n" /opt/cni)/bin
   cp "$bin" "$dir/.roam-cni.tmp" && mv -f "$dir/.roam-cni.tmp" "$dir/roam-cni"
@@ -159,7 +167,7 @@ kubelet_roam_cni() {
   "plugins": [
     {
       "type": "roam-cni",
-      "kubeconfig": "$KDIR/$n.kubeconfig",
+      "kubeconfig": "/etc/kubernetes/kubelet.conf",
       "ovsDb": "unix:/run/openvswitch/db.sock",
       "bridge": "br-int",
       "annotationTimeoutSeconds": 30
@@ -244,7 +252,7 @@ kubelet_up() {
     # has no route out anyway.
     node_spawn "$n" "$d/logs/kubelet.log" "$d/kubelet.pid" \
       env AWS_EC2_METADATA_DISABLED=true "$KUBE_BIN/kubelet" --config="$d/kubelet.yaml" \
-      --kubeconfig="$KDIR/$n.kubeconfig" --container-runtime=remote \
+      --kubeconfig=/etc/kubernetes/kubelet.conf --container-runtime=remote \
       --container-runtime-endpoint=unix:///run/containerd/containerd.sock --runtime-request-timeout=5m \
       --hostname-override="$n" --node-ip="$(node_ip "$n")" --node-labels=roam.dev/lab=true --volume-plugin-dir=/var/lib/kubelet/volume-plugins \
       --v=2

@@ -6,7 +6,7 @@ libvirt_up() {
   local t0 n d; t0=$(now)
   for n in $NODES; do
     d=$(node_dir "$n")
-    node_exec "$n" /usr/sbin/libvirtd -d -f /etc/libvirt/libvirtd.conf -p /run/libvirtd.pid || return 1
+    node_exec "$n" /usr/sbin/libvirtd -d --listen -f /etc/libvirt/libvirtd.conf -p /run/libvirtd.pid || return 1
   done
   for n in $NODES; do
     d=$(node_dir "$n")

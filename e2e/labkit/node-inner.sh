@@ -5,6 +5,7 @@
 set -euo pipefail
 D=$1
 BIND_PATHS=$2
+HIDDEN=${3:-}
 # A sysfs for this network namespace (so /sys/class/net shows the node's links), keeping
 # the cgroup tree that kubelet and libvirt need (`ip netns exec` would drop it).
 tmp=$(mktemp -d)
@@ -19,5 +20,10 @@ for p in $BIND_PATHS; do
   mount --bind "$src" "$p"
 done
 mkdir -p /run/openvswitch /run/ovn /run/lock
+# Other hosts' disks: an empty read-only tmpfs over each (see node_hidden_paths).
+for h in $HIDDEN; do
+  mkdir -p "$h"
+  mount -t tmpfs -o ro,size=4k,mode=0555 roam-hidden "$h"
+done
 touch "$D/mounted"
 exec -a roam-lab-holder sleep infinity

@@ -53,7 +53,12 @@ unix_sock_rw_perms = "0770"
 auth_unix_ro = "none"
 auth_unix_rw = "none"
 listen_tls = 0
-listen_tcp = 0
+# the other node's libvirtd connects over the node network (peer-to-peer migration), as
+# between two hosts: plain TCP without authentication on the lab's private node network
+# only (TLS is #20)
+listen_tcp = 1
+listen_addr = "$(node_ip "$n")"
+auth_tcp = "none"
 log_level = 3
 log_outputs = "3:file:/var/log/libvirt/libvirtd.log"
 EOF
@@ -71,8 +76,10 @@ stdio_handler = "file"
 migration_address = "0.0.0.0"
 EOF
     rm -f "$d/mounted"
+    # what the node hides must exist before its namespace covers it
+    for h in $(node_hidden_paths "$n"); do mkdir -p "$h"; done
     nsenter --net="/run/netns/$ns" -- unshare --mount --propagation private -- \
-      bash "$LABKIT/node-inner.sh" "$d" "$NODE_BIND_PATHS" >"$d/logs/holder.log" 2>&1 9>&- &
+      bash "$LABKIT/node-inner.sh" "$d" "$NODE_BIND_PATHS" "$(node_hidden_paths "$n")" >"$d/logs/holder.log" 2>&1 9>&- &
     echo $! > "$d/holder.pid"
   done
   # geneve underlay between the two chassis

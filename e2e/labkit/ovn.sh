@@ -1,6 +1,8 @@
 # Lab OVN: central (NB + SB ovsdb-server, ovn-northd) in the root namespace, and on each node
 # a chassis named after the node: ovsdb-server, ovs-vswitchd (userspace datapath) and
-# ovn-controller, inside the node's namespaces. Geneve between the chassis.
+# ovn-controller, inside the node's namespaces. Geneve between the chassis. The chassis reach
+# the SB over the lab bridge (tcp:$BRIDGE_IP), as nodes reach OVN central over the network:
+# central's directory is hidden from them (node-inner.sh).
 
 ovn_central_up() {
   mkdir -p "$CENTRAL"
@@ -13,6 +15,7 @@ ovn_central_up() {
     ovsdb-server -vconsole:off --detach --no-chdir --pidfile="$CENTRAL/ovn${db}_db.pid" \
       --log-file="$CENTRAL/ovsdb-server-$db.log" --unixctl="$CENTRAL/ovn${db}_db.ctl" \
       --remote="punix:$CENTRAL/ovn${db}_db.sock" --remote="ptcp:$port:127.0.0.1" \
+      --remote="ptcp:$port:$BRIDGE_IP" \
       "$CENTRAL/ovn${db}_db.db" 9>&- || return 1
   done
   ovn-nbctl --no-wait init
@@ -47,7 +50,7 @@ ovn_chassis_up() {
   node_exec "$n" ip addr add "$(node_tunnel_ip "$n")/24" dev br-phy
   node_exec "$n" ip link set br-phy up
   node_vsctl "$n" set open . external_ids:system-id="$n" external_ids:hostname="$n" \
-    external_ids:ovn-remote="$OVN_SB_DB" external_ids:ovn-encap-type=geneve \
+    external_ids:ovn-remote="tcp:$BRIDGE_IP:$SB_TCP_PORT" external_ids:ovn-encap-type=geneve \
     external_ids:ovn-encap-ip="$(node_tunnel_ip "$n")" external_ids:ovn-bridge-datapath-type=netdev \
     external_ids:ovn-encap-tos=inherit
   node_exec "$n" ovn-controller -vconsole:off --detach --no-chdir --pidfile=/run/ovn/ovn-controller.pid \

@@ -105,8 +105,9 @@ impl ShimProcess {
             // /run/openvswitch
             libvirt_uri: launch::NODE_LIBVIRT_URI.into(),
             ovs_db: OvsDb::node(),
-            // how the other node's libvirtd reaches this one (peer-to-peer migration)
-            peer_libvirt_uri: n.libvirt.clone(),
+            // how the other node's libvirtd reaches this one (peer-to-peer migration): over
+            // the node network, as between two hosts
+            peer_libvirt_uri: format!("qemu+tcp://{}/system", n.ip),
             migration_uri: MigrationUri::tcp(n.ip.clone()).expect("the node's IP"),
             bridge: launch::DEFAULT_BRIDGE.into(),
             listen: SocketAddr::new(ip, port),

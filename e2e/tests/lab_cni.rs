@@ -17,8 +17,8 @@ use kube::api::{Api, DeleteParams, PostParams};
 use roam_cni::config::AttachmentKey;
 use roam_contract::annotation::{Mode, PodAddress, addresses_annotation};
 use roam_e2e::{
-    CniOutput, Lab, LabNetwork, NodeNetns, PortBuilder, invoke_cni, node_try_run, overlay_fixture,
-    reconcile_on_lab, try_run, unscheduled_pod, vsctl, wait_until,
+    CniOutput, Lab, LabNetwork, NodeNetns, PortBuilder, invoke_cni, node_kubeconfig, node_try_run,
+    overlay_fixture, reconcile_on_lab, try_run, unscheduled_pod, vsctl, wait_until,
 };
 use roam_network::topology::{PortSpec, UnderlaySpec, plan_overlay, plan_underlay};
 use serde_json::{Value, json};
@@ -162,7 +162,7 @@ impl Env {
             "cniVersion": "1.1.0",
             "name": NET,
             "type": "roam-cni",
-            "kubeconfig": self.lab.kubeconfig(),
+            "kubeconfig": node_kubeconfig(&self.lab),
             "annotationTimeoutSeconds": 20,
         });
         for (k, v) in extra.as_object().expect("an object") {
@@ -1053,7 +1053,7 @@ impl RoamAsNodeCni {
                     "type": "roam-cni",
                     // the node's own credentials, as the labkit's ROAM_LAB_CNI=roam uses:
                     // the Node authorizer lets a node get the pods bound to it
-                    "kubeconfig": lab.dir().join(format!("kube/{node}.kubeconfig")),
+                    "kubeconfig": "/etc/kubernetes/kubelet.conf",
                     "ovsDb": "unix:/run/openvswitch/db.sock",
                     // short: other tests' pods created meanwhile fail fast and retry
                     "annotationTimeoutSeconds": 5,
@@ -1462,8 +1462,8 @@ fn the_labkit_switch_installs_roam_cni_with_a_conflist_it_accepts() {
     .unwrap_or_else(|e| panic!("{e}: {list}"));
     assert_eq!(
         conf.kubeconfig.unwrap(),
-        dir.join("kube/node-a.kubeconfig"),
-        "the node's own credentials"
+        std::path::Path::new("/etc/kubernetes/kubelet.conf"),
+        "the node's own credentials, on its own disk"
     );
     assert_eq!(conf.ovs_db, "unix:/run/openvswitch/db.sock");
 }

@@ -1434,10 +1434,6 @@ fn controller_runs_under_its_least_privilege_service_account() {
             "poolSizePerNode": 2, "refillPeriodSeconds": 2, "mtu": 1400}),
         )],
     );
-    let peer_libvirt = format!(
-        "qemu+unix:///system?socket={}/{{node}}/fs_run/libvirt/libvirt-sock",
-        lab.dir().display()
-    );
     let ctl = ControllerProcess::start(
         &lab,
         sa,
@@ -1465,8 +1461,6 @@ fn controller_runs_under_its_least_privilege_service_account() {
             vm_logs.to_str().unwrap(),
             "--launcher-priority-class",
             "system-node-critical",
-            "--peer-libvirt-uri",
-            &peer_libvirt,
         ],
     );
     let fail = |what: &str| -> ! {

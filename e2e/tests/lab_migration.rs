@@ -11,13 +11,15 @@
 //! The way back is driven by the `kubectl roam` plugin (`migrate VM --to NODE --watch`): it
 //! exits 0 once the migration Succeeded, after printing its progress. Last, a guest reset
 //! (`virsh reset`) shows in the VM's status (`guestResets`) and a `GuestReset` Event.
+//! After each migration no process of either node uses another node's paths (the source's
+//! libvirtd reaches the target's at `qemu+tcp://<node IP>/system`, the controller's default).
 
 mod migration_fixture;
 
 use std::time::Duration;
 
 use migration_fixture::*;
-use roam_e2e::{Lab, wait_until};
+use roam_e2e::{Lab, foreign_paths, wait_until};
 use serde_json::json;
 
 #[test]
@@ -110,6 +112,14 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
         );
         let ev = events_of(&lab, &H8, VM);
         assert!(ev.contains("MigrationSucceeded"), "{ev}");
+        // separate hosts: libvirt's peer connection and QEMU's stream went over the node
+        // network; no process on either node holds the other's (or central's) paths
+        let foreign = foreign_paths(&lab);
+        assert!(
+            foreign.is_empty(),
+            "a node's processes use paths of another host:\n{}",
+            foreign.join("\n")
+        );
         eprintln!(
             "{from} → {to}: downtime {} ms, switchover {} ms, stream {out}",
             st["downtimeMs"], st["switchoverMs"]

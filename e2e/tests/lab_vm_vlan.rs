@@ -252,8 +252,6 @@ fn vms_on_vlans_and_with_two_interfaces_live_migrate_keeping_their_addresses() {
     let tor = &wire.tor;
     let ovn = OvnRows::new(&lab);
     let objects = objects(&lab);
-    let lab_dir = lab.dir().display().to_string();
-    let peer = format!("qemu+unix:///system?socket={lab_dir}/{{node}}/fs_run/libvirt/libvirt-sock");
     let logs = log_dir(&lab).display().to_string();
     let mut args = vec![
         "--leader-elect",
@@ -266,8 +264,6 @@ fn vms_on_vlans_and_with_two_interfaces_live_migrate_keeping_their_addresses() {
         NS,
         "--shim-ports",
         "17300-17399",
-        "--peer-libvirt-uri",
-        &peer,
         "--vm-log-dir",
         &logs,
         "--launcher-priority-class",

@@ -333,8 +333,6 @@ pub fn start_controller_env(
     log: &str,
     env: &[(&str, &str)],
 ) -> ControllerProcess {
-    let lab_dir = lab.dir().display().to_string();
-    let peer = format!("qemu+unix:///system?socket={lab_dir}/{{node}}/fs_run/libvirt/libvirt-sock");
     let logs = log_dir(lab, n).display().to_string();
     // built (or checked) once per test process: a restart must be quick
     static BINARY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
@@ -354,8 +352,6 @@ pub fn start_controller_env(
             n.ns,
             "--shim-ports",
             n.shim_ports,
-            "--peer-libvirt-uri",
-            &peer,
             "--vm-log-dir",
             &logs,
             // the lab's kubelets report disk pressure on the shared disk: only critical pods

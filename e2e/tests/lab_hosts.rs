@@ -1,0 +1,74 @@
+//! The lab's nodes behave as separate hosts: a node sees neither the other node's files nor
+//! OVN central's or the control plane's (the host sees them all), its daemons reach those
+//! over the network (ovn-controller → the SB on the lab bridge; the kubelet with its own
+//! credentials under /etc/kubernetes; libvirtd listening on the node's address), and no
+//! process of a node holds another host's path.
+
+use roam_e2e::{Lab, NODES, forbidden_paths, foreign_paths, node_sees, node_try_run};
+use std::path::Path;
+
+#[test]
+fn a_node_sees_no_other_hosts_files() {
+    let lab = Lab::get();
+    for node in NODES {
+        for path in forbidden_paths(&lab, node) {
+            let from_host = std::fs::read_dir(&path)
+                .unwrap_or_else(|e| panic!("{path} on the host: {e}"))
+                .count();
+            assert!(
+                from_host > 0,
+                "{path} is empty even on the host: the check proves nothing"
+            );
+            assert_eq!(
+                node_sees(&lab, node, Path::new(&path)),
+                Some(vec![]),
+                "{node} sees into {path}"
+            );
+        }
+        let own = lab.dir().join(node);
+        let mine = node_sees(&lab, node, &own).unwrap_or_default();
+        assert!(
+            mine.contains(&"logs".to_string()),
+            "{node} must see its own {}: {mine:?}",
+            own.display()
+        );
+        // its own credentials, where kubeadm puts them
+        let etc = node_sees(&lab, node, Path::new("/etc/kubernetes")).unwrap_or_default();
+        assert!(
+            etc.contains(&"kubelet.conf".to_string()) && etc.contains(&"pki".to_string()),
+            "{node}'s /etc/kubernetes: {etc:?}"
+        );
+    }
+}
+
+#[test]
+fn node_daemons_reach_other_hosts_over_the_network_only() {
+    let lab = Lab::get();
+    let found = foreign_paths(&lab);
+    assert!(found.is_empty(), "{}", found.join("\n"));
+    for node in NODES {
+        let remote = node_try_run(
+            &lab,
+            node,
+            "ovs-vsctl",
+            &[
+                "--timeout=10",
+                "get",
+                "open",
+                ".",
+                "external_ids:ovn-remote",
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{node}'s ovn-remote: {e}"));
+        assert!(
+            remote.trim().trim_matches('"').starts_with("tcp:"),
+            "{node}'s ovn-controller reaches the SB at {remote}"
+        );
+    }
+    // libvirtd answers on each node's address, from the other node
+    let ip_b = lab.node("node-b").ip;
+    let uri = format!("qemu+tcp://{ip_b}/system");
+    let out = node_try_run(&lab, "node-a", "virsh", &["-c", &uri, "hostname"])
+        .unwrap_or_else(|e| panic!("node-a → {uri}: {e}"));
+    assert!(!out.trim().is_empty(), "{out}");
+}
