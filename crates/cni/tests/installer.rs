@@ -29,18 +29,25 @@ impl Drop for Scratch {
     }
 }
 
-fn install(dir: &Path) -> std::process::Output {
+/// `install.sh ARG` against the scratch host root `dir`, with nothing of the environment
+/// but what a DaemonSet pod would have.
+fn script(dir: &Path, arg: &str) -> Command {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/cni/install.sh");
-    Command::new("sh")
-        .arg(script)
-        .arg("--once")
+    let mut c = Command::new("sh");
+    c.arg(script)
+        .arg(arg)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("ROAM_CNI_HOST_ROOT", dir.join("host"))
         .env("ROAM_CNI_BINARY", env!("CARGO_BIN_EXE_roam-cni"))
         .env("ROAM_CNI_SA_DIR", dir.join("sa"))
         .env("KUBERNETES_SERVICE_HOST", "10.96.0.1")
-        .env("KUBERNETES_SERVICE_PORT", "443")
+        .env("KUBERNETES_SERVICE_PORT", "443");
+    c
+}
+
+fn install(dir: &Path) -> std::process::Output {
+    script(dir, "--once")
         .env("ROAM_CNI_ANNOTATION_TIMEOUT", "12")
         .output()
         .expect("run install.sh")
@@ -134,16 +141,7 @@ fn the_installer_refuses_without_a_service_account() {
 /// `install.sh --check` (the DaemonSet's readiness probe) with `ovs_db`: its status and
 /// stdout.
 fn check(dir: &Path, ovs_db: &str) -> (bool, String) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/cni/install.sh");
-    let out = Command::new("sh")
-        .arg(script)
-        .arg("--check")
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("ROAM_CNI_HOST_ROOT", dir.join("host"))
-        .env("ROAM_CNI_BINARY", env!("CARGO_BIN_EXE_roam-cni"))
-        .env("ROAM_CNI_SA_DIR", dir.join("sa"))
-        .env("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    let out = script(dir, "--check")
         .env("ROAM_CNI_OVS_DB", ovs_db)
         .output()
         .expect("run install.sh --check");
