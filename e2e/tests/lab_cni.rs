@@ -353,6 +353,10 @@ fn tcp_across(
             &server.name,
         ])
         .args(["busybox", "nc", "-l", "-p", "5001"])
+        // an open stdin until the client is done: busybox nc stops at its stdin's EOF, and
+        // with an inherited /dev/null it could stop before the connection's last segments
+        // were read (seen: 4096 of 5200 bytes on a loaded machine). wait_with_output closes it.
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

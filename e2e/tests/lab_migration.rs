@@ -5,9 +5,10 @@
 //! from a client namespace on OVN. `roam.dev/migrate-to=node-b` ends Succeeded with the same
 //! IP and MAC, the source pod gone, the Address's host node-b, ping answered and the TCP
 //! stream alive (no reset, every byte echoed); then it migrates back. Bad requests (a
-//! malformed annotation, a missing node, the node it is on) are refused with the reason in
-//! status and an Event, and the VM is untouched; a migration deleted mid-way (slowed by a
-//! low bandwidth) is Aborted and the VM keeps running on the source with its address.
+//! malformed annotation, a missing node, the node it is on, `auto` with the only other node
+//! cordoned) are refused with the reason in status and an Event, and the VM is untouched; a
+//! migration deleted mid-way (slowed by a low bandwidth) is Aborted and the VM keeps running
+//! on the source with its address.
 //! The way back is driven by the `kubectl roam` plugin (`migrate VM --to NODE --watch`): it
 //! exits 0 once the migration Succeeded, after printing its progress. Last, a guest reset
 //! (`virsh reset`) shows in the VM's status (`guestResets`) and a `GuestReset` Event.
@@ -149,6 +150,38 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
         assert!(
             events_of(&lab, &H8, m["metadata"]["name"].as_str().unwrap())
                 .contains("MigrationFailed")
+        );
+    }
+    // migrate-to=auto with the only other node cordoned: nothing created, the reason on
+    // the VM (the guard uncordons node-b whatever happens)
+    {
+        struct Uncordon<'a>(&'a Lab);
+        impl Drop for Uncordon<'_> {
+            fn drop(&mut self) {
+                let _ = roam_e2e::try_kubectl(self.0, &["uncordon", "node-b"]);
+            }
+        }
+        let _guard = Uncordon(&lab);
+        kubectl(&lab, &["cordon", "node-b"]);
+        kubectl(
+            &lab,
+            &["-n", NS, "annotate", "vm", VM, "roam.dev/migrate-to=auto"],
+        );
+        let cond = wait_until(LONG, "migrate-to=auto refused", || {
+            let v = vm(&lab, &H8);
+            if !v["metadata"]["annotations"]["roam.dev/migrate-to"].is_null() {
+                return None;
+            }
+            v["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "MigrationRequest" && c["reason"] == "NoTargetNode")
+                .cloned()
+        });
+        assert_eq!(
+            cond["message"],
+            "migrate-to=auto: no node can take the VM: node-b: cordoned (spec.unschedulable)",
+            "{cond}"
         );
     }
     let v = vm(&lab, &H8)["status"].clone();
