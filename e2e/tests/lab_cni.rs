@@ -1275,11 +1275,14 @@ fn real_nodes_get_pod_interfaces_from_roam_cni_through_containerd() {
         routes.contains("100.131.0.1 dev eth0 scope link"),
         "{routes}"
     );
+    // ping exits 0 once one reply came: wait for a round with both (the first echo of a
+    // new path can go while the flows are still being installed)
     let ping = wait_until(WAIT, "pod-a to ping pod-b through OVN", || {
         kubectl(&[
             "exec", names[0], "--", "ping", "-c", "2", "-W", "2", &ips[1],
         ])
         .ok()
+        .filter(|out| out.contains("2 packets received"))
     });
     assert!(ping.contains("2 packets received"), "{ping}");
     let tcp = wait_until(
