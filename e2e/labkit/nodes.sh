@@ -21,7 +21,7 @@ remove_mount_points() {
 }
 
 nodes_up() {
-  local n ns d idx
+  local n ns d idx hidden h
   make_mount_points
   ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
   ip addr replace "$BRIDGE_IP/24" dev "$BRIDGE"
@@ -77,9 +77,10 @@ migration_address = "0.0.0.0"
 EOF
     rm -f "$d/mounted"
     # what the node hides must exist before its namespace covers it
-    for h in $(node_hidden_paths "$n"); do mkdir -p "$h"; done
+    hidden=$(node_hidden_paths "$n")
+    for h in $hidden; do mkdir -p "$h"; done
     nsenter --net="/run/netns/$ns" -- unshare --mount --propagation private -- \
-      bash "$LABKIT/node-inner.sh" "$d" "$NODE_BIND_PATHS" "$(node_hidden_paths "$n")" >"$d/logs/holder.log" 2>&1 9>&- &
+      bash "$LABKIT/node-inner.sh" "$d" "$NODE_BIND_PATHS" "$hidden" >"$d/logs/holder.log" 2>&1 9>&- &
     echo $! > "$d/holder.pid"
   done
   # geneve underlay between the two chassis

@@ -70,16 +70,20 @@ impl CniOutput {
 /// A kubeconfig the plugin can read inside every node (a node sees only its own files, not
 /// the control plane's directory): the lab's admin kubeconfig, copied onto each node's disk
 /// as `/etc/kubernetes/roam-cni-test.conf` — the test stands in for a runtime whose plugin
-/// has credentials of its own. Returns the path as the nodes see it.
+/// has credentials of its own. Written once per test process; returns the path as the
+/// nodes see it.
 pub fn node_kubeconfig(lab: &Lab) -> String {
     const NAME: &str = "roam-cni-test.conf";
-    let text = std::fs::read(lab.kubeconfig()).expect("read the lab's kubeconfig");
-    for node in crate::hosts::NODES {
-        let dir = lab.dir().join(node).join("fs_etc_kubernetes");
-        let tmp = dir.join(format!(".{NAME}.{}", std::process::id()));
-        std::fs::write(&tmp, &text).expect("write the kubeconfig onto the node");
-        std::fs::rename(&tmp, dir.join(NAME)).expect("put the kubeconfig in place");
-    }
+    static WRITTEN: std::sync::Once = std::sync::Once::new();
+    WRITTEN.call_once(|| {
+        let text = std::fs::read(lab.kubeconfig()).expect("read the lab's kubeconfig");
+        for node in crate::hosts::NODES {
+            let dir = lab.dir().join(node).join("fs_etc_kubernetes");
+            let tmp = dir.join(format!(".{NAME}.{}", std::process::id()));
+            std::fs::write(&tmp, &text).expect("write the kubeconfig onto the node");
+            std::fs::rename(&tmp, dir.join(NAME)).expect("put the kubeconfig in place");
+        }
+    });
     format!("/etc/kubernetes/{NAME}")
 }
 

@@ -538,8 +538,6 @@ async fn refuse(
     Ok(Action::requeue(Duration::from_secs(10)))
 }
 
-/// `roam.dev/migrate-to` → a VirtualMachineMigration (or a Warning Event when the value is
-/// malformed); the annotation is removed either way.
 /// A migration request that creates nothing: a Warning Event and the VM's
 /// `MigrationRequest` condition say why.
 async fn refuse_migration(
@@ -570,6 +568,8 @@ async fn refuse_migration(
     patch_status(ctx, vm, &st).await
 }
 
+/// `roam.dev/migrate-to` → a VirtualMachineMigration (or, when the value is malformed or
+/// `auto` finds no node, [`refuse_migration`]); the annotation is removed either way.
 async fn trigger_migration(ctx: &Context, vm: &VirtualMachine, value: &str) -> Result<()> {
     let ns = vm.namespace().unwrap_or_default();
     let name = vm.name_any();

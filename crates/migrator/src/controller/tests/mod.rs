@@ -37,6 +37,16 @@ pub(super) fn node(name: &str, ip: &str) -> Node {
     .expect("a Node")
 }
 
+/// [`node`], cordoned (`spec.unschedulable`).
+pub(super) fn cordoned(name: &str, ip: &str) -> Node {
+    let mut n = node(name, ip);
+    n.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+        unschedulable: Some(true),
+        ..Default::default()
+    });
+    n
+}
+
 /// VM `ns/demo` (one overlay interface on the default Network).
 pub(super) fn vm() -> VirtualMachine {
     serde_json::from_value(json!({

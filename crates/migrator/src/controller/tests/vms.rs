@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::super::fixtures::{Expect, Scenario, context};
 use super::super::vms::reconcile;
-use super::{address, network, node, vm};
+use super::{address, cordoned, network, node, vm};
 use crate::api::{Address, VirtualMachine, VmPhase};
 
 const VMS: &str = "/apis/roam.dev/v1alpha1/namespaces/ns/virtualmachines";
@@ -130,12 +130,7 @@ async fn a_vm_without_a_node_goes_where_it_fits_best_or_says_why_none_fits() {
     // node-c: cordoned
     api.put(&node("node-a", "127.0.0.1"));
     api.put(&node("node-b", "127.0.0.2"));
-    let mut c = node("node-c", "127.0.0.3");
-    c.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
-        unschedulable: Some(true),
-        ..Default::default()
-    });
-    api.put(&c);
+    api.put(&cordoned("node-c", "127.0.0.3"));
     let busy: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "big", "namespace": "other"},
@@ -194,16 +189,8 @@ async fn migrate_to_auto_picks_a_node_that_fits_or_refuses_with_the_reasons() {
         &["node-a", "node-b", "node-c"],
         &[],
     );
-    let cordon = |name: &str, ip: &str| {
-        let mut n = node(name, ip);
-        n.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
-            unschedulable: Some(true),
-            ..Default::default()
-        });
-        n
-    };
     api.put(&node("node-a", "127.0.0.1"));
-    api.put(&cordon("node-b", "127.0.0.2"));
+    api.put(&cordoned("node-b", "127.0.0.2"));
     api.put(&node("node-c", "127.0.0.3"));
     let running = |name: &str| {
         let mut v = vm();
@@ -234,7 +221,7 @@ async fn migrate_to_auto_picks_a_node_that_fits_or_refuses_with_the_reasons() {
     );
 
     // node-c cordoned too: nothing fits
-    api.put(&cordon("node-c", "127.0.0.3"));
+    api.put(&cordoned("node-c", "127.0.0.3"));
     api.put(&running("other"));
     let _ = reconcile(Arc::new(running("other")), ctx.clone())
         .await
