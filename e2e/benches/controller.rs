@@ -101,7 +101,10 @@ fn main() {
         let nss: Api<Namespace> = Api::all(client.clone());
         nss.create(
             &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": NS, "labels": {roam_e2e::TEST_LABEL: "true"}}}),
+            )
+            .unwrap(),
         )
         .await
         .expect("namespace");

@@ -147,6 +147,12 @@ impl Lab {
     pub fn dir(&self) -> PathBuf {
         PathBuf::from(self.var("ROAM_LAB_DIR"))
     }
+
+    /// `path` as node `node` sees it (through its holder process's root: the node's own
+    /// mount namespace, e.g. its own `/var/log/roam`): for a test to read a node's files.
+    pub fn node_path(&self, node: &str, path: &str) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/root{path}", holder_pid(self, node)))
+    }
 }
 
 /// What the lab guest's init (`e2e/guest/initramfs/init`) prints on the serial console at
@@ -189,6 +195,24 @@ pub fn try_kubectl(lab: &Lab, args: &[&str]) -> Result<String, String> {
     let mut all = vec!["--kubeconfig", lab.kubeconfig()];
     all.extend_from_slice(args);
     try_run(lab.kubectl(), &all)
+}
+
+/// The label of a namespace, Network or Node that belongs to a test running a
+/// roam-controller of its own: the installed roam (e2e/deploy/lab) leaves those be.
+pub const TEST_LABEL: &str = "roam.dev/test";
+
+/// Create namespace `ns` for a test that runs its own roam-controller: labelled
+/// [`TEST_LABEL`], so the installed roam serves none of its pods, VMs and migrations.
+pub fn create_test_namespace(lab: &Lab, ns: &str) {
+    let manifest = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": ns, "labels": {TEST_LABEL: "true"}}});
+    let file = lab
+        .dir()
+        .join(format!("namespace-{ns}-{}.json", std::process::id()));
+    std::fs::write(&file, manifest.to_string()).expect("write the namespace manifest");
+    let r = try_kubectl(lab, &["create", "-f", file.to_str().expect("a UTF-8 path")]);
+    let _ = std::fs::remove_file(&file);
+    r.unwrap_or_else(|e| panic!("create namespace {ns}: {e}"));
 }
 
 /// Apply roam's CRDs (`deploy/crds`) and wait until the API server serves every one of them.

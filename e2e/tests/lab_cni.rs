@@ -101,10 +101,15 @@ impl Env {
             &plan_overlay(&spec, &nodes, &ports()).expect("a valid plan"),
         );
         let nss: Api<Namespace> = Api::all(client.clone());
-        let _ = rt.block_on(nss.create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": k8s_ns}})).unwrap(),
-        ));
+        let _ = rt.block_on(
+            nss.create(
+                &PostParams::default(),
+                &serde_json::from_value(
+                    json!({"metadata": {"name": k8s_ns, "labels": {roam_e2e::TEST_LABEL: "true"}}}),
+                )
+                .unwrap(),
+            ),
+        );
         // the namespace's default ServiceAccount must exist before pods can be created
         wait_until(Duration::from_secs(60), "default ServiceAccount", || {
             try_run(

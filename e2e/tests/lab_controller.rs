@@ -69,7 +69,7 @@ impl KubeFixture {
         };
         f.clean();
         apply_crds(lab);
-        kubectl(lab, &["create", "namespace", namespace]);
+        roam_e2e::create_test_namespace(lab, namespace);
         for n in fake_nodes {
             // a Node object only (no kubelet): pods bound to it are never run
             create(

@@ -1,12 +1,17 @@
 //! roam's install (`deploy/`) against the lab's real kube-apiserver, and what the
-//! controller's probes say: the whole kustomization passes a server-side dry run; a standby
+//! controller's probes say: the whole kustomization passes a server-side dry run; the lab
+//! runs roam as `e2e/lab up` installed it (two replicas on two nodes, one leading, both
+//! ready, as the Deployment's unprivileged user, nothing of it on the host); a standby
 //! replica answers its probes before it leads; a replica pointed at a database that is not
 //! OVN's northbound is not ready and says why, in `/readyz` and in its log.
 
 use std::path::Path;
 use std::time::Duration;
 
-use roam_e2e::{ControllerProcess, Lab, apply_crds, kubectl, try_kubectl, wait_until_else};
+use roam_e2e::{
+    ControllerProcess, Installed, Lab, apply_crds, holder_pid, kubectl, try_kubectl,
+    wait_until_else,
+};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -56,6 +61,51 @@ fn the_kustomization_passes_a_server_side_dry_run() {
             .any(|k| k.starts_with("configmap/roam-controller-config-")),
         "no generated configuration in\n{out}"
     );
+}
+
+#[test]
+fn the_lab_runs_roam_installed_from_deploy() {
+    let lab = Lab::get();
+    let roam = Installed::get(&lab);
+    let pods = roam.pods();
+    assert_eq!(pods.len(), 2, "two replicas: {pods:?}\n{}", roam.describe());
+    assert_ne!(
+        pods[0].1, pods[1].1,
+        "on two nodes (host network, one port)"
+    );
+    let leader = roam.leader().expect("a leader");
+    for (pod, node) in &pods {
+        let role = if *pod == leader {
+            "role: leader"
+        } else {
+            "role: standby"
+        };
+        let body = wait_until_else(
+            LONG,
+            &format!("{pod}'s /readyz to say {role}"),
+            || {
+                roam.http(pod, "/readyz")
+                    .filter(|(c, b)| *c == 200 && b.contains(role))
+                    .map(|(_, b)| b)
+            },
+            || format!("{:?}\n{}", roam.http(pod, "/readyz"), roam.describe()),
+        );
+        assert!(body.contains("ovn-nb: ok"), "{body}");
+        // the container runs on its node, as the Deployment's user, not on the host
+        let pid = roam.pid(pod).expect("its process");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        assert!(
+            uid.split_whitespace().skip(1).all(|u| u == "65532"),
+            "{pod} runs as 65532: {uid}"
+        );
+        let net = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/net")).ok();
+        assert_eq!(
+            net(&pid.to_string()),
+            net(&holder_pid(&lab, node)),
+            "{pod} runs in {node}'s network namespace"
+        );
+    }
 }
 
 /// `/readyz` of `ctl` once it has the wanted status code.

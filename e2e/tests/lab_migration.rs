@@ -42,7 +42,7 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
         let m = if to == "node-a" {
             migrate_with_plugin(&lab, to)
         } else {
-            migrate(&lab, ctl, to)
+            migrate(&lab, to)
         };
         let st = &m["status"];
         assert_eq!(st["phase"], "Succeeded", "{m}\n{}", ctl.log_tail(60));
@@ -143,7 +143,7 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
         ("node-z", "does not exist"),
         ("node-a", "already runs on node-a"),
     ] {
-        let m = migrate(&lab, ctl, to);
+        let m = migrate(&lab, to);
         assert_eq!(m["status"]["phase"], "Failed", "{m}");
         let reason = m["status"]["reason"].as_str().unwrap_or_default();
         assert!(reason.contains(why), "{reason}");

@@ -2,10 +2,11 @@
 //! processes: one VM booted by roam-controller in a real launcher pod (as in lab_migration),
 //! then, one after the other on that VM:
 //!
-//! - roam-controller SIGKILLed and restarted while the migration is in TargetScheduling, in
-//!   TargetReady, in Migrating (copy slowed by a low bandwidth), at Switchover (as the
-//!   Address's host flips to the target) and right after Succeeded (source pod still
-//!   terminating): the restarted controller resumes and the migration ends Succeeded;
+//! - the installed roam-controller's leader SIGKILLed on its node while the migration is in
+//!   TargetScheduling, in TargetReady, in Migrating (copy slowed by a low bandwidth), at
+//!   Switchover (as the Address's host flips to the target) and right after Succeeded (source
+//!   pod still terminating): the kubelet restarts it or the standby replica takes the Lease,
+//!   and the migration ends Succeeded;
 //! - a second migration (a VirtualMachineMigration and a `roam.dev/migrate-to` annotation)
 //!   while one is Migrating: refused with the reason, the first unaffected;
 //! - the source shim SIGKILLed right after the switchover: the migration still ends
@@ -17,8 +18,9 @@
 //!   source's libvirtd) ends Succeeded (and the failed migration before it got no route flip
 //!   from a task it left behind);
 //! - roam-controller dead right after it started the copy, before it recorded the job (the
-//!   `migration-started` failpoint: `ROAM_FAILPOINT`): the next one adopts the running job
-//!   and still sees the pause (the target announces, its activation is timed).
+//!   `migration-started` failpoint: `ROAM_FAILPOINT` set in the Deployment, a rollout): the
+//!   next one adopts the running job and still sees the pause (the target announces, its
+//!   activation is timed); the failpoint removed again (a rollout: an upgrade).
 //!
 //! After each: the guest runs on exactly one node (libvirt domains of both nodes, through
 //! their sockets), the VM's status and its Address's host name that node, same IP and MAC, no
@@ -26,8 +28,7 @@
 //! migration's phase (and reason) is in its status and in an Event. A watch on the Address
 //! checks that its host moved at most once, to the node the guest ends on, and never back (a
 //! restarted controller once re-settled old migrations and flipped the route to their old
-//! targets). Controller restarts reuse one binary (no build check): the controller is down
-//! for the time it takes to start.
+//! targets).
 
 mod migration_fixture;
 
@@ -37,7 +38,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use migration_fixture::*;
-use roam_e2e::{ControllerProcess, Lab, try_run, wait_until, wait_until_else};
+use roam_e2e::{Installed, Lab, try_run, wait_until, wait_until_else};
 use serde_json::{Value, json};
 
 const F8: Names = Names {
@@ -47,71 +48,74 @@ const F8: Names = Names {
     subnet: "100.151.0.0/24",
     gw: "100.151.0.1",
     transit: "169.254.151.0/24",
-    test_label: "f8-mig",
-    controller: "f8-controller",
-    metrics_port: 18151,
-    shim_ports: "17200-17299",
     cli: "f8cli",
-    log_dir: "f8-vms",
 };
 
 fn other(node: &str) -> &'static str {
     if node == "node-a" { "node-b" } else { "node-a" }
 }
 
-/// The controller, restartable; every incarnation logs to its own file.
+/// The installed roam-controller, crashed and reconfigured the way an operator's cluster
+/// would see it: its leader's process SIGKILLed (the kubelet restarts the container, or the
+/// standby replica takes the Lease), a failpoint set in the Deployment's environment (a
+/// rollout), and removed again when dropped.
 struct Ctl {
     lab: Lab,
-    proc: ControllerProcess,
-    incarnation: usize,
-    previous: String,
+    roam: Installed,
+    failpoint: bool,
 }
 
 impl Ctl {
-    /// SIGKILL it (a crash) and start a new one; prints the phase `migration` had then.
+    /// SIGKILL the leader (a crash) and wait until a controller leads again; prints the
+    /// phase `migration` had then.
     fn crash_and_restart(&mut self, migration: &str) {
-        self.proc.kill();
+        let pod = self.roam.crash_leader();
         let at = vmim(&self.lab, migration)
             .map(|m| phase(&m).to_string())
             .unwrap_or_default();
-        eprintln!("  controller SIGKILLed with {migration} in {at}");
-        self.previous = self.proc.log_tail(40);
-        self.incarnation += 1;
-        let log = format!("{}-{}", F8.controller, self.incarnation);
-        self.proc = start_controller(&self.lab, &F8, &log);
-        eprintln!("  controller restarted (log {log}.log)");
+        eprintln!(
+            "  controller {pod} SIGKILLed with {migration} in {at}; {} leads",
+            self.roam.leader().unwrap_or_default()
+        );
     }
 
-    /// Replace it (SIGKILL) with one that aborts at failpoint `at`; returns once that one
-    /// has started (its log exists).
+    /// Roll the Deployment out with `ROAM_FAILPOINT=at`: its leader aborts there.
     fn with_failpoint(&mut self, at: &str) {
-        self.proc.kill();
-        self.previous = self.proc.log_tail(40);
-        self.incarnation += 1;
-        let log = format!("{}-{}", F8.controller, self.incarnation);
-        self.proc = start_controller_env(&self.lab, &F8, &log, &[("ROAM_FAILPOINT", at)]);
-        eprintln!("  controller with failpoint {at} (log {log}.log)");
+        self.failpoint = true;
+        self.roam.set_env("ROAM_FAILPOINT", Some(at));
+        eprintln!("  controller rolled out with failpoint {at}");
     }
 
-    /// Wait for the controller to die at its failpoint, then start a plain one.
-    fn after_failpoint(&mut self) {
-        let status = wait_until(LONG, "the controller to abort at its failpoint", || {
-            self.proc.child.try_wait().ok().flatten()
-        });
-        assert!(!status.success(), "it aborted: {status}\n{}", self.tail());
-        self.previous = self.proc.log_tail(40);
-        self.incarnation += 1;
-        let log = format!("{}-{}", F8.controller, self.incarnation);
-        self.proc = start_controller(&self.lab, &F8, &log);
-        eprintln!("  it aborted ({status}); controller restarted (log {log}.log)");
+    /// Wait until a controller aborted at failpoint `at` (its crashed container's log says
+    /// so) and another leads.
+    fn wait_aborted(&self, at: &str) {
+        let line = format!("failpoint {at}: aborting");
+        wait_until_else(
+            LONG,
+            "the controller to abort at its failpoint",
+            || self.roam.log_text().contains(&line).then_some(()),
+            || self.tail(),
+        );
+        let leader = wait_until(LONG, "a leader after the abort", || self.roam.leader());
+        eprintln!("  it aborted at {at}; {leader} leads");
+    }
+
+    /// Roll the Deployment out without the failpoint.
+    fn clear_failpoint(&mut self) {
+        self.roam.set_env("ROAM_FAILPOINT", None);
+        self.failpoint = false;
     }
 
     fn tail(&self) -> String {
-        format!(
-            "--- previous controller ---\n{}\n--- controller ---\n{}",
-            self.previous,
-            self.proc.log_tail(60)
-        )
+        self.roam.describe()
+    }
+}
+
+impl Drop for Ctl {
+    fn drop(&mut self) {
+        if self.failpoint {
+            self.roam.set_env("ROAM_FAILPOINT", None);
+        }
     }
 }
 
@@ -379,13 +383,11 @@ fn assert_one_flip(addr: &Watch, to: &str, ctl: &Ctl) {
 fn migrations_survive_controller_and_shim_faults() {
     let t0 = Instant::now();
     let lab = Lab::get();
-    let mut b = boot_with(&lab, &F8);
-    let proc = std::mem::replace(&mut b.ctl, start_placeholder());
+    let b = boot_with(&lab, &F8);
     let mut ctl = Ctl {
         lab: lab.clone(),
-        proc,
-        incarnation: 0,
-        previous: String::new(),
+        roam: b.ctl.clone(),
+        failpoint: false,
     };
     assert_settled(&lab, &b, &ctl, "node-a");
     eprintln!("booted in {:?}", t0.elapsed());
@@ -597,7 +599,7 @@ fn migrations_survive_controller_and_shim_faults() {
     let addr = Watch::new(&lab, &["get", "address", &b.addr]);
     ctl.with_failpoint("migration-started");
     create_vmim(&lab, "f8-adopt", "node-a", Some(slow));
-    ctl.after_failpoint();
+    ctl.wait_aborted("migration-started");
     let m = wait_end(&lab, &ctl, "f8-adopt");
     assert_ended(&lab, &ctl, &m, "Succeeded", None);
     assert!(
@@ -606,12 +608,14 @@ fn migrations_survive_controller_and_shim_faults() {
         ctl.tail()
     );
     assert!(
-        ctl.proc
+        ctl.roam
             .log_text()
             .contains("adopting the copy this migration started"),
         "{}",
         ctl.tail()
     );
+    // read before the rollout replaces the pods whose logs say it
+    ctl.clear_failpoint();
     assert_settled(&lab, &b, &ctl, "node-a");
     assert_one_flip(&addr, "node-a", &ctl);
     eprintln!(
@@ -620,14 +624,4 @@ fn migrations_survive_controller_and_shim_faults() {
     );
 
     eprintln!("all fault scenarios in {:?}", t0.elapsed());
-    b.ctl = ctl.proc;
-}
-
-/// A stand-in for the fixture's controller while [`Ctl`] owns the real one.
-fn start_placeholder() -> ControllerProcess {
-    ControllerProcess {
-        child: Command::new("true").spawn().expect("spawn true"),
-        log: std::path::PathBuf::new(),
-        metrics: String::new(),
-    }
 }

@@ -100,7 +100,7 @@ async fn pods_run_on_both_nodes_with_logs_exec_and_cleanup() {
     let lab = Lab::get();
     let client = lab.kube_client().await;
     let ns = format!("e2e-nodes-{}", std::process::id());
-    kubectl(&lab, &["create", "namespace", &ns]);
+    roam_e2e::create_test_namespace(&lab, &ns);
     // the namespace's default ServiceAccount (kube-controller-manager) must exist first
     wait_until(Duration::from_secs(60), "default ServiceAccount", || {
         try_run(

@@ -95,7 +95,7 @@ fn objects(lab: &Lab) -> VmCleanup {
     }
     let guard = guard.ovs_port("v8cli").path(log_dir(lab)).cleaned();
     apply_crds(lab);
-    kubectl(lab, &["create", "namespace", NS]);
+    roam_e2e::create_test_namespace(lab, NS);
     std::fs::create_dir_all(log_dir(lab)).expect("log dir");
     guard
 }

@@ -7,6 +7,7 @@
 //!                 [--metrics-addr HOST:PORT|off] [--leader-elect true|false]
 //!                 [--lease-namespace NS] [--lease-name NAME] [--identity ID]
 //!                 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS]
+//!                 [--namespace-selector LABELS]
 //!                 [--event-namespace NS (Events about Networks and pod-less Addresses; default)]
 //!                 [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS]
 //!                 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI]
@@ -36,6 +37,7 @@ struct Flags {
     network_selector: Option<String>,
     node_selector: Option<String>,
     pod_namespace: Option<String>,
+    namespace_selector: Option<String>,
     event_namespace: String,
     concurrency: u16,
     claims_in_flight: usize,
@@ -50,7 +52,7 @@ struct Flags {
 
 const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] [--sb ENDPOINT] [--metrics-addr ADDR|off] \
 [--leader-elect true|false] [--lease-namespace NS] [--lease-name NAME] [--identity ID] \
-[--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--event-namespace NS] [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS] \
+[--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--namespace-selector LABELS] [--event-namespace NS] [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS] \
 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI] \
 [--peer-libvirt-uri TEMPLATE({node},{ip})] [--vm-log-dir DIR] [--launcher-priority-class NAME] | --version";
 
@@ -98,6 +100,7 @@ fn parse() -> anyhow::Result<Flags> {
         "network-selector",
         "node-selector",
         "pod-namespace",
+        "namespace-selector",
         "event-namespace",
         "concurrency",
         "claims-in-flight",
@@ -145,6 +148,7 @@ fn parse() -> anyhow::Result<Flags> {
         network_selector: get("network-selector"),
         node_selector: get("node-selector"),
         pod_namespace: get("pod-namespace"),
+        namespace_selector: get("namespace-selector"),
         event_namespace: get("event-namespace").unwrap_or_else(|| "default".into()),
         concurrency: num("concurrency", 32)?.clamp(1, 1024) as u16,
         claims_in_flight: num("claims-in-flight", 2)? as usize,
@@ -196,7 +200,11 @@ async fn stop_signal() {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // colours only on a terminal: a pod's log (kubectl logs) and a file get plain text
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -224,6 +232,7 @@ async fn main() -> anyhow::Result<()> {
         network_selector: flags.network_selector.clone(),
         node_selector: flags.node_selector.clone(),
         pod_namespace: flags.pod_namespace.clone(),
+        namespace_selector: flags.namespace_selector.clone(),
         event_namespace: flags.event_namespace.clone(),
         concurrency: flags.concurrency,
         claims_in_flight: flags.claims_in_flight,
@@ -255,8 +264,13 @@ async fn main() -> anyhow::Result<()> {
         _ = stop_signal() => return Ok(()),
     }
     tokio::select! {
-        r = controller::run(client.clone(), config, served, stop_signal()) => r?,
-        _ = leader::hold(client, &lease) => {
+        r = controller::run(client.clone(), config, served, stop_signal()) => {
+            r?;
+            // stopped (SIGTERM: a rolling update, a drain): the standby need not wait out
+            // the lease
+            leader::release(client, &lease).await;
+        }
+        _ = leader::hold(client.clone(), &lease) => {
             tracing::error!("leadership lost: exiting so that no two leaders act at once");
             std::process::exit(3);
         }

@@ -1,13 +1,14 @@
-//! Shared by the lab_migration test and the migration benchmark: a Network, a VirtualMachine
-//! booted by roam-controller in a real launcher pod on node-a, a client namespace on OVN that
-//! pings it, and the helpers to migrate it and stream TCP to it.
+//! Shared by the lab_migration tests and the migration benchmark: a Network, a VirtualMachine
+//! booted by the installed roam (e2e/deploy/lab: the roam-controller Deployment `e2e/lab up`
+//! applies) in a real launcher pod on node-a, a client namespace on OVN that pings it, and the
+//! helpers to migrate it and stream TCP to it.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use roam_e2e::{ControllerProcess, Lab, LabNetwork, TestNetns, VmCleanup, plug_netns, wait_until};
+use roam_e2e::{Installed, Lab, LabNetwork, TestNetns, VmCleanup, plug_netns, wait_until};
 pub use roam_e2e::{apply_crds, kubectl, try_kubectl};
 use serde_json::{Value, json};
 
@@ -25,17 +26,8 @@ pub struct Names {
     pub gw: &'static str,
     /// The transit subnet.
     pub transit: &'static str,
-    /// The value of the Network's `roam.dev/test` label (the controller's network selector).
-    pub test_label: &'static str,
-    /// The controller's name (log file, identity) and metrics port.
-    pub controller: &'static str,
-    pub metrics_port: u16,
-    /// The controller's `--shim-ports`.
-    pub shim_ports: &'static str,
     /// The client's OVS port and network namespace suffix.
     pub cli: &'static str,
-    /// The guests' log directory under the lab directory.
-    pub log_dir: &'static str,
 }
 
 /// The lab_migration test's and the migration benchmark's names.
@@ -46,12 +38,7 @@ pub const H8: Names = Names {
     subnet: "100.150.0.0/24",
     gw: "100.150.0.1",
     transit: "169.254.150.0/24",
-    test_label: "h8-mig",
-    controller: "h8-controller",
-    metrics_port: 18101,
-    shim_ports: "17100-17199",
     cli: "h8cli",
-    log_dir: "h8-vms",
 };
 
 pub const NS: &str = H8.ns;
@@ -78,14 +65,22 @@ pub fn create(lab: &Lab, objects: &[Value]) {
     r.unwrap_or_else(|e| panic!("kubectl create: {e}"));
 }
 
-pub fn log_dir(lab: &Lab, n: &Names) -> std::path::PathBuf {
-    lab.dir().join(n.log_dir)
-}
+/// Where the installed roam's launchers write VM logs, on every node (its --vm-log-dir).
+pub const VM_LOG_DIR: &str = "/var/log/roam/vms";
 
+/// The guest's serial log: what each node's QEMU wrote of it (node-a's, then node-b's), read
+/// from the node's own disk.
 pub fn serial(lab: &Lab, n: &Names) -> String {
-    std::fs::read(log_dir(lab, n).join(format!("{}_{}.serial.log", n.ns, n.vm)))
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default()
+    roam_e2e::NODES
+        .iter()
+        .map(|node| {
+            let file = format!("{VM_LOG_DIR}/{}_{}.serial.log", n.ns, n.vm);
+            std::fs::read(lab.node_path(node, &file))
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default()
+        })
+        .collect::<Vec<_>>()
+        .join("")
 }
 
 /// Everything the test creates: the namespace (VMs, migrations — finalizers dropped —, pods,
@@ -102,12 +97,15 @@ impl Fixture {
         let cleanup = VmCleanup::new(lab)
             .namespace(n.ns)
             .network(n.net)
-            .vm(&format!("{}_{}", n.ns, n.vm), &[&tap])
-            .path(log_dir(lab, n))
+            .vm(&format!("{}_{}", n.ns, n.vm), &[&tap]);
+        let cleanup = roam_e2e::NODES
+            .iter()
+            .fold(cleanup, |c, node| {
+                c.path(lab.node_path(node, &format!("{VM_LOG_DIR}/{}_{}.serial.log", n.ns, n.vm)))
+            })
             .cleaned();
         apply_crds(lab);
         kubectl(lab, &["create", "namespace", n.ns]);
-        std::fs::create_dir_all(log_dir(lab, n)).expect("log dir");
         Fixture { _cleanup: cleanup }
     }
 }
@@ -170,8 +168,7 @@ pub fn events_in(lab: &Lab, ns: &str, name: &str) -> String {
 }
 
 /// [`migrate_in`] the H8 fixture.
-pub fn migrate(lab: &Lab, ctl: &ControllerProcess, to: &str) -> Value {
-    let _ = ctl;
+pub fn migrate(lab: &Lab, to: &str) -> Value {
     migrate_in(lab, &H8, to)
 }
 
@@ -307,8 +304,8 @@ impl Drop for Stream {
 pub struct Booted {
     /// The client namespace (plumbed as the client pod's port on node-a).
     pub cli_ns: TestNetns,
-    /// roam-controller.
-    pub ctl: ControllerProcess,
+    /// The installed roam-controller.
+    pub ctl: Installed,
     /// The Kubernetes objects.
     pub fixture: Fixture,
     /// The Network's OVN rows.
@@ -321,55 +318,13 @@ pub struct Booted {
     pub n: Names,
 }
 
-/// roam-controller for the fixture `n`; `log` names its log file (and identity).
-pub fn start_controller(lab: &Lab, n: &Names, log: &str) -> ControllerProcess {
-    start_controller_env(lab, n, log, &[])
-}
-
-/// [`start_controller`] with `env` added to its environment (e.g. `ROAM_FAILPOINT`).
-pub fn start_controller_env(
-    lab: &Lab,
-    n: &Names,
-    log: &str,
-    env: &[(&str, &str)],
-) -> ControllerProcess {
-    let logs = log_dir(lab, n).display().to_string();
-    // built (or checked) once per test process: a restart must be quick
-    static BINARY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    ControllerProcess::start_binary_env(
-        BINARY.get_or_init(ControllerProcess::binary),
-        lab,
-        log,
-        n.metrics_port,
-        &[
-            "--leader-elect",
-            "false",
-            "--network-selector",
-            &format!("roam.dev/test={}", n.test_label),
-            "--node-selector",
-            "roam.dev/lab=true",
-            "--pod-namespace",
-            n.ns,
-            "--shim-ports",
-            n.shim_ports,
-            "--vm-log-dir",
-            &logs,
-            // the lab's kubelets report disk pressure on the shared disk: only critical pods
-            // are admitted and kept
-            "--launcher-priority-class",
-            "system-node-critical",
-        ],
-        env,
-    )
-}
-
 /// [`boot_with`] the H8 names.
 pub fn boot(lab: &Lab) -> Booted {
     boot_with(lab, &H8)
 }
 
-/// Start roam-controller, create the Network and the VM (on node-a), wait for it to run and
-/// take its lease, plumb a client on node-a and wait until it pings the guest.
+/// Create the Network and the VM (on node-a) for the installed roam, wait for the VM to run
+/// and take its lease, plumb a client on node-a and wait until it pings the guest.
 pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
     let lab = lab.clone();
     let Names {
@@ -377,13 +332,13 @@ pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
     } = *n;
     let ovn = LabNetwork::new(&lab, net, &[("node-a", n.cli)]);
     let fixture = Fixture::new(&lab, n);
-    let ctl = start_controller(&lab, n, n.controller);
+    let ctl = Installed::get(&lab);
     let (kernel, initrd) = lab.guest();
     create(
         &lab,
         &[
             json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network",
-                   "metadata": {"name": net, "labels": {"roam.dev/test": n.test_label}},
+                   "metadata": {"name": net},
                    "spec": {"subnet": n.subnet, "transitSubnet": n.transit,
                             "poolSizePerNode": 2, "mtu": 1400}}),
             json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",

@@ -277,6 +277,7 @@ fn is_all_namespaces(collection: &str, key: &str) -> bool {
 fn is_collection(path: &str) -> bool {
     let last = path.rsplit('/').next().unwrap_or_default();
     [
+        "namespaces",
         "nodes",
         "networks",
         "addresses",
@@ -452,6 +453,7 @@ pub(super) fn config() -> Config {
         network_selector: None,
         node_selector: None,
         pod_namespace: None,
+        namespace_selector: None,
         concurrency: 1,
         claims_in_flight: 0,
         ovn_debounce: Duration::from_millis(1),
@@ -475,10 +477,19 @@ pub(super) fn context(
     nodes: &[&str],
     addresses: &[Address],
 ) -> (Arc<Context>, ApiServerVerifier) {
+    context_with(config(), networks, nodes, addresses)
+}
+
+/// [`context`] with other settings than [`config`]'s.
+pub(super) fn context_with(
+    config: Config,
+    networks: &[Network],
+    nodes: &[&str],
+    addresses: &[Address],
+) -> (Arc<Context>, ApiServerVerifier) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, "default");
     let verifier = ApiServerVerifier::start(handle);
-    let config = config();
     let nb = ReconnectingClient::start(OFFLINE_NB, Default::default()).expect("an NB endpoint");
     let (ctx, _flips) = Context::new(client, config, (nb, None), Default::default());
     {

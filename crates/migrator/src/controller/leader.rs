@@ -69,6 +69,45 @@ pub fn taken(spec: Option<&LeaseSpec>, me: &str, duration: Duration, now: System
     s
 }
 
+/// The Lease spec after its holder `me` gives it up (a graceful stop: a rolling update),
+/// as client-go's `ReleaseOnCancel` does: no holder, so that a standby takes it at its next
+/// try instead of waiting out the lease. `None`: not ours to release.
+pub fn released(spec: Option<&LeaseSpec>, me: &str) -> Option<LeaseSpec> {
+    let s = spec?;
+    if s.holder_identity.as_deref() != Some(me) {
+        return None;
+    }
+    Some(LeaseSpec {
+        holder_identity: Some(String::new()),
+        lease_duration_seconds: Some(1),
+        ..s.clone()
+    })
+}
+
+/// Give the Lease up if we still hold it (best effort: on failure the standby waits out the
+/// lease, as after a crash).
+pub async fn release(client: kube::Client, cfg: &LeaderConfig) {
+    let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
+    let result = async {
+        let Some(mut lease) = api.get_opt(&cfg.name).await? else {
+            return Ok::<bool, Error>(false);
+        };
+        let Some(spec) = released(lease.spec.as_ref(), &cfg.identity) else {
+            return Ok(false);
+        };
+        lease.spec = Some(spec);
+        api.replace(&cfg.name, &PostParams::default(), &lease)
+            .await?;
+        Ok(true)
+    }
+    .await;
+    match result {
+        Ok(true) => tracing::info!(lease = %cfg.name, "released the Lease"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(lease = %cfg.name, error = %e, "could not release the Lease"),
+    }
+}
+
 /// One attempt to take or renew the Lease: `Ok(true)` when we hold it now.
 async fn try_take(api: &Api<Lease>, cfg: &LeaderConfig) -> Result<bool> {
     let now = SystemTime::now();
@@ -116,7 +155,7 @@ pub async fn acquire(client: kube::Client, cfg: &LeaderConfig) {
                 tracing::info!(lease = %cfg.name, identity = %cfg.identity, "leading");
                 return;
             }
-            Ok(false) => tracing::debug!(lease = %cfg.name, "another candidate leads; waiting"),
+            Ok(false) => tracing::trace!(lease = %cfg.name, "another candidate leads; waiting"),
             Err(e) => {
                 tracing::warn!(lease = %cfg.name, error = %e, "cannot read or take the Lease; retrying")
             }
@@ -168,5 +207,18 @@ mod tests {
         let renewed = taken(Some(&by_b), "b", d, t0 + Duration::from_secs(18));
         assert_eq!(renewed.lease_transitions, Some(1));
         assert_eq!(renewed.acquire_time, by_b.acquire_time);
+    }
+
+    #[test]
+    fn a_released_lease_is_free_at_once_and_only_its_holder_releases_it() {
+        let t0 = SystemTime::now();
+        let held = taken(None, "a", Duration::from_secs(15), t0);
+        assert_eq!(released(Some(&held), "b"), None, "not b's");
+        assert_eq!(released(None, "a"), None);
+        let free = released(Some(&held), "a").expect("a holds it");
+        assert!(can_take(Some(&free), "b", t0), "b takes it without waiting");
+        let by_b = taken(Some(&free), "b", Duration::from_secs(15), t0);
+        assert_eq!(by_b.lease_transitions, Some(1));
+        assert_eq!(by_b.holder_identity.as_deref(), Some("b"));
     }
 }

@@ -65,6 +65,9 @@ pub struct Config {
     pub node_selector: Option<String>,
     /// Only pods of this namespace are served (all when `None`).
     pub pod_namespace: Option<String>,
+    /// Only pods, VirtualMachines and migrations in namespaces whose labels match this
+    /// selector are served (all when `None`); see [`Context::in_scope`].
+    pub namespace_selector: Option<String>,
     /// Pods reconciled at once.
     pub concurrency: u16,
     /// Claims decided and written at once (0: as many as reconciles; roam-controller's
@@ -120,7 +123,13 @@ pub struct Context {
     pods: pods::State,
     /// The watches' state.
     watch: watch::State,
+    /// Namespaces' answers to the namespace selector, and when each was asked.
+    scope: Mutex<std::collections::HashMap<String, (bool, std::time::Instant)>>,
 }
+
+/// How long a namespace's answer to the namespace selector is trusted: a namespace
+/// relabelled into (or out of) scope takes effect within this, at its objects' next event.
+const SCOPE_TTL: Duration = Duration::from_secs(10);
 
 impl Context {
     /// A context for `client`, `config` and the NB client `nb`, and the stream of host moves
@@ -152,8 +161,40 @@ impl Context {
             ovn,
             pods,
             watch: watch::State::default(),
+            scope: Mutex::default(),
         };
         (Arc::new(ctx), flips_rx)
+    }
+
+    /// Whether objects of namespace `ns` are ours to serve: always without a namespace
+    /// selector; else whether the API server lists `ns` under the selector (asked once per
+    /// [`SCOPE_TTL`] per namespace). Lets two roam-controllers share a cluster without
+    /// touching each other's pods, VMs and migrations (with disjoint Network selectors).
+    pub async fn in_scope(&self, ns: &str) -> Result<bool, kube::Error> {
+        let Some(selector) = &self.config.namespace_selector else {
+            return Ok(true);
+        };
+        if let Some((yes, at)) = self.scope.lock().expect("scope lock").get(ns)
+            && at.elapsed() < SCOPE_TTL
+        {
+            return Ok(*yes);
+        }
+        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+            kube::Api::all(self.client.clone());
+        let lp = kube::api::ListParams::default()
+            .labels(selector)
+            .fields(&format!("metadata.name={ns}"));
+        let yes = api
+            .list_metadata(&lp)
+            .await?
+            .items
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some(ns));
+        self.scope
+            .lock()
+            .expect("scope lock")
+            .insert(ns.to_string(), (yes, std::time::Instant::now()));
+        Ok(yes)
     }
 
     /// Record `a` (from a watch or our own write) and pass a host move on to the route

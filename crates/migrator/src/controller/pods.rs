@@ -133,6 +133,13 @@ fn pod_key(p: &Pod) -> String {
 
 pub(super) async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
+    if !ctx
+        .in_scope(pod.metadata.namespace.as_deref().unwrap_or_default())
+        .await?
+    {
+        // another roam-controller's namespace (--namespace-selector)
+        return Ok(Action::await_change());
+    }
     let Some(owner) = live_owner(&pod) else {
         // not scheduled yet, host network, or finished (the sweep soft-deletes its address)
         return Ok(Action::await_change());

@@ -270,6 +270,10 @@ async fn patch_status(ctx: &Context, vm: &VirtualMachine, st: &VirtualMachineSta
 }
 
 pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action> {
+    if !ctx.in_scope(&vm.namespace().unwrap_or_default()).await? {
+        // another roam-controller's namespace (--namespace-selector)
+        return Ok(Action::await_change());
+    }
     if vm.metadata.deletion_timestamp.is_some() {
         // the pods and the Secret go with it (owner references); the Address is soft-deleted
         // by the operator's sweep once no launcher pod is left

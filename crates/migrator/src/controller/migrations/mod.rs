@@ -80,8 +80,12 @@ async fn reconcile(
     ctx: Arc<Context>,
     local: Local,
 ) -> Result<KAction> {
-    ctx.wait_synced().await;
     let (ns, key) = (m.namespace().unwrap_or_default(), key_of(&m));
+    if !ctx.in_scope(&ns).await? {
+        // another roam-controller's namespace (--namespace-selector)
+        return Ok(KAction::await_change());
+    }
+    ctx.wait_synced().await;
     // decide on the object as it is now, not on a cached copy older than our last write
     let api: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
     let Some(mut m) = api.get_opt(&m.name_any()).await? else {

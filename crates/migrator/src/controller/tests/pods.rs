@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::super::fixtures::{Expect, Scenario, context};
+use super::super::fixtures::{Expect, Scenario, config, context, context_with};
 use super::super::pods::reconcile;
 use super::{address, network, pod};
 
@@ -71,6 +71,58 @@ async fn a_bad_interfaces_annotation_claims_nothing_and_is_reported_once() {
         .get::<k8s_openapi::api::core::v1::Pod>("/api/v1/namespaces/ns/pods/web")
         .expect("the pod");
     api.expect(Scenario::Steps(vec![]));
+    reconcile(Arc::new(p), ctx.clone())
+        .await
+        .expect("reconcile");
+    api.done().await;
+}
+
+#[tokio::test]
+async fn a_pod_outside_the_namespace_selector_is_left_alone() {
+    let pool = address("net-10-1-0-5", "net", "10.1.0.5", None, "node-a");
+    let scoped = || super::super::Config {
+        namespace_selector: Some("!roam.dev/test".into()),
+        ..config()
+    };
+    let list =
+        "/api/v1/namespaces?&fieldSelector=metadata.name%3Dns&labelSelector=%21roam.dev%2Ftest";
+    let (ctx, api) = context_with(
+        scoped(),
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a"],
+        std::slice::from_ref(&pool),
+    );
+    api.put(&pool);
+    let p = pod("web", "node-a", json!({}));
+    api.put(&p);
+    // the API server lists no namespace `ns` under the selector: one question, no claim,
+    // nothing written; asked again the answer comes from the cache
+    api.expect(Scenario::Steps(vec![Expect::get(list)]));
+    reconcile(Arc::new(p.clone()), ctx.clone())
+        .await
+        .expect("reconcile");
+    api.done().await;
+    api.expect(Scenario::Steps(vec![]));
+    reconcile(Arc::new(p.clone()), ctx.clone())
+        .await
+        .expect("reconcile");
+    api.done().await;
+
+    // a namespace the selector takes: the pod claims as usual
+    let (ctx, api) = context_with(
+        scoped(),
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a"],
+        std::slice::from_ref(&pool),
+    );
+    api.put(&pool);
+    api.put(&p);
+    api.put(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}));
+    api.expect(Scenario::Steps(vec![
+        Expect::get(list),
+        Expect::put("/apis/roam.dev/v1alpha1/addresses/net-10-1-0-5?"),
+        Expect::patch("/api/v1/namespaces/ns/pods/web?"),
+    ]));
     reconcile(Arc::new(p), ctx.clone())
         .await
         .expect("reconcile");
