@@ -218,8 +218,9 @@ impl Installed {
         })
     }
 
-    /// SIGKILL the leader's process (a crash, no graceful shutdown) and wait until the
-    /// kubelet restarted its container; returns the pod's name.
+    /// SIGKILL the leader's process (a crash, no graceful shutdown) and wait until a
+    /// controller leads again: the same pod's container restarted by the kubelet, or the
+    /// standby once the Lease expired; returns the crashed pod's name.
     pub fn crash_leader(&self) -> String {
         let pod = crate::lab::wait_until(Duration::from_secs(60), "a leader", || self.leader());
         let before = self.restarts(&pod);
@@ -229,8 +230,12 @@ impl Installed {
         sigkill(pid);
         crate::lab::wait_until_else(
             Duration::from_secs(120),
-            &format!("the kubelet to restart {pod}'s container"),
-            || (self.restarts(&pod) > before && self.pid(&pod).is_some()).then_some(()),
+            &format!("a leader after {pod}'s crash"),
+            || {
+                let leader = self.leader()?;
+                let back = leader != pod || self.restarts(&pod) > before;
+                (back && self.pid(&leader).is_some()).then_some(())
+            },
             || self.describe(),
         );
         pod
