@@ -11,10 +11,11 @@
 //! 2. The controller's RSS (from /proc) once it also holds 10 000 more Addresses
 //!    (`ROAM_BENCH_ADDRESSES`) (target ≤ 150 MB).
 //!
-//! The controller binary is the debug build unless `ROAM_CONTROLLER_BIN` names another;
+//! The controller is roam as shipped: the release build in the image `e2e/lab up` installed
+//! (`lab.local/roam-controller:dev`), run as a pod of its own on node-a with this bench's
+//! selectors (the installed Deployment leaves the bench's namespace and Networks alone).
 //! `ROAM_BENCH_CONCURRENCY` sets its `--concurrency` (its default otherwise),
-//! `ROAM_CLAIMS_IN_FLIGHT` (inherited) its `--claims-in-flight`; `ROAM_BENCH_ADDRESSES=0`
-//! skips part 2. Figures are printed; nothing is asserted (the machine is shared and noisy).
+//! `ROAM_CLAIMS_IN_FLIGHT` its `--claims-in-flight`; `ROAM_BENCH_ADDRESSES=0` skips part 2. Figures are printed; nothing is asserted (the machine is shared and noisy).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -149,11 +150,16 @@ fn main() {
     if let Some(c) = &concurrency {
         args.extend(["--concurrency", c.as_str()]);
     }
+    let in_flight = std::env::var("ROAM_CLAIMS_IN_FLIGHT").ok();
+    if let Some(c) = &in_flight {
+        args.extend(["--claims-in-flight", c.as_str()]);
+    }
     let ctl = ControllerProcess::start(&lab, "h5-bench-ctl", 18040, &args);
     println!(
-        "controller {} (--concurrency {})",
-        std::env::var("ROAM_CONTROLLER_BIN").unwrap_or_else(|_| "debug build".into()),
-        concurrency.as_deref().unwrap_or("default")
+        "controller {} (release build, a pod on node-a; --concurrency {}, --claims-in-flight {})",
+        roam_e2e::CONTROLLER_IMAGE,
+        concurrency.as_deref().unwrap_or("default"),
+        in_flight.as_deref().unwrap_or("default")
     );
     let result = rt.block_on(bench(&client, &ctl, n_pods, n_addrs));
     let rss_idle = ctl.rss_kib();

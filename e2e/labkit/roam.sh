@@ -10,13 +10,17 @@ ROAM_OVERLAY=$E2E/deploy/lab
 ROAM_IMAGES=$CACHE/roam-images
 ROAM_CONTROLLER_IMAGE=lab.local/roam-controller:dev
 
+# The release build goes to a target directory in the cache (not the checkout's): a fresh
+# clone rebuilds roam's own crates only, not its dependencies.
+ROAM_RELEASE_TARGET=${CARGO_TARGET_DIR:-$CACHE/target}
+
 roam_build() {
   local stamp
-  (cd "$E2E/.." && export PATH="$HOME/.cargo/bin:$PATH" \
+  (cd "$E2E/.." && export PATH="$HOME/.cargo/bin:$PATH" CARGO_TARGET_DIR="$ROAM_RELEASE_TARGET" \
     && cargo build --locked -q --release -p roam-migrator --bin roam-controller)
-  stamp=$(sha256sum "${CARGO_TARGET_DIR:-$E2E/../target}/release/roam-controller" | cut -c1-16)
+  stamp=$(sha256sum "$ROAM_RELEASE_TARGET/release/roam-controller" | cut -c1-16)
   if [ "$(cat "$ROAM_IMAGES/controller.stamp" 2>/dev/null)" != "$stamp" ] || [ ! -f "$ROAM_IMAGES/controller.tar" ]; then
-    bash "$LABKIT/build-controller-image.sh" "$ROAM_CONTROLLER_IMAGE" "$ROAM_IMAGES/controller.tar" >/dev/null
+    CARGO_TARGET_DIR=$ROAM_RELEASE_TARGET bash "$LABKIT/build-controller-image.sh" "$ROAM_CONTROLLER_IMAGE" "$ROAM_IMAGES/controller.tar" >/dev/null
     echo "$stamp" > "$ROAM_IMAGES/controller.stamp"
   fi
 }

@@ -1,103 +1,172 @@
-//! roam-controller started by a test against the lab.
+//! roam-controller in the lab: the installation `e2e/lab up` made ([`Installed`]), and the
+//! controllers of tests that need one of their own ([`ControllerProcess`]: fault injection,
+//! races, misconfiguration, least privilege) — each a pod, from the installed image.
 
 use std::path::PathBuf;
 use std::process::Command;
-
 use std::time::Duration;
 
-use crate::lab::{Lab, workspace_binary};
+use serde_json::json;
 
-/// A `roam-controller` process started by a test, killed when dropped. Its log goes to a
-/// file under the lab directory; [`ControllerProcess::log_tail`] shows the end of it (a test
-/// prints it on failure).
+use crate::lab::{Lab, try_kubectl};
+
+/// The image `e2e/lab up` builds and imports into every node (e2e/labkit/roam.sh).
+pub const CONTROLLER_IMAGE: &str = "lab.local/roam-controller:dev";
+/// Where a test's controller pod runs by default, and the ServiceAccount it runs as (bound to
+/// cluster-admin, as the admin kubeconfig test controllers once ran with).
+const TEST_NODE: &str = "node-a";
+const TEST_SA: (&str, &str) = ("roam-system", "roam-test-controller");
+
+/// A test's own roam-controller: a pod on node-a (host network, the image `e2e/lab up`
+/// installed, restartPolicy Never) with the lab's NB and SB, metrics and probes on
+/// `node-a:<metrics_port>`, and the test's flags. Killed (SIGKILL, as a crash) and deleted
+/// when dropped; its log is read with `kubectl logs` while it runs and kept in a file under
+/// the lab directory once it is gone ([`ControllerProcess::log_tail`]).
 pub struct ControllerProcess {
-    /// The child process.
-    pub child: std::process::Child,
-    /// Its log file.
+    lab: Lab,
+    /// The pod's namespace and name.
+    pub namespace: String,
+    pub pod: String,
+    /// Its log, once the pod is gone.
     pub log: PathBuf,
-    /// Its metrics address (`127.0.0.1:PORT`).
+    /// Its metrics address (`NODE_IP:PORT`).
     pub metrics: String,
+    gone: bool,
 }
 
 impl ControllerProcess {
-    /// The `roam-controller` binary: `$ROAM_CONTROLLER_BIN`, else the workspace's debug build
-    /// (built now if missing or stale: `cargo build -p roam-migrator --bin roam-controller`).
-    pub fn binary() -> PathBuf {
-        if let Ok(p) = std::env::var("ROAM_CONTROLLER_BIN") {
-            return PathBuf::from(p);
-        }
-        workspace_binary("roam-migrator", "roam-controller")
-    }
-
-    /// Start roam-controller against the lab's API server and NB (TCP), metrics on
-    /// `127.0.0.1:<metrics_port>`, with `args` added (e.g. `--network-selector`,
-    /// `--leader-elect false`). `name` names the log file.
+    /// Start a controller pod named `name` (also its identity), metrics on
+    /// `<metrics_port>`, with `args` added (e.g. `--network-selector`, `--leader-elect
+    /// false`), as the test ServiceAccount.
     pub fn start(lab: &Lab, name: &str, metrics_port: u16, args: &[&str]) -> ControllerProcess {
-        Self::start_binary(&Self::binary(), lab, name, metrics_port, args)
+        Self::start_env(lab, name, metrics_port, args, &[])
     }
 
-    /// [`ControllerProcess::start`] with a given binary (no build check: a quick restart).
-    pub fn start_binary(
-        binary: &std::path::Path,
-        lab: &Lab,
-        name: &str,
-        metrics_port: u16,
-        args: &[&str],
-    ) -> ControllerProcess {
-        Self::start_binary_env(binary, lab, name, metrics_port, args, &[])
-    }
-
-    /// [`ControllerProcess::start_binary`] with `env` added to its environment (e.g.
+    /// [`ControllerProcess::start`] with `env` added to its environment (e.g.
     /// `ROAM_FAILPOINT`).
-    pub fn start_binary_env(
-        binary: &std::path::Path,
+    pub fn start_env(
         lab: &Lab,
         name: &str,
         metrics_port: u16,
         args: &[&str],
         env: &[(&str, &str)],
     ) -> ControllerProcess {
-        let log = lab.dir().join(format!("{name}.log"));
-        let file = std::fs::File::create(&log).expect("create the controller log");
-        let metrics = format!("127.0.0.1:{metrics_port}");
-        let child = Command::new(binary)
-            .args([
-                "--kubeconfig",
-                lab.kubeconfig(),
-                "--nb",
-                lab.nb_tcp(),
-                "--sb",
-                lab.sb_tcp(),
-                "--metrics-addr",
-                &metrics,
-                "--identity",
-                name,
-            ])
-            .args(args)
-            .env("RUST_LOG", "info,roam_migrator=debug,kube=warn")
-            .env("NO_COLOR", "1")
-            .envs(env.iter().copied())
-            .stdout(file.try_clone().expect("dup log"))
-            .stderr(file)
-            .spawn()
-            .expect("start roam-controller");
-        ControllerProcess {
-            child,
-            log,
+        test_service_account(lab);
+        Self::start_as(lab, name, metrics_port, args, env, TEST_SA)
+    }
+
+    /// [`ControllerProcess::start_env`] as ServiceAccount `sa` = (namespace, name): the pod
+    /// runs in that namespace with that account's token (in-cluster configuration).
+    pub fn start_as(
+        lab: &Lab,
+        name: &str,
+        metrics_port: u16,
+        args: &[&str],
+        env: &[(&str, &str)],
+        (namespace, sa): (&str, &str),
+    ) -> ControllerProcess {
+        let pod = name.to_lowercase().replace('_', "-");
+        let metrics = format!("{}:{metrics_port}", lab.node(TEST_NODE).ip);
+        let mut all: Vec<String> = [
+            "--nb",
+            &lab_endpoint(lab.nb_tcp()),
+            "--sb",
+            &lab_endpoint(lab.sb_tcp()),
+            "--metrics-addr",
+            &format!("0.0.0.0:{metrics_port}"),
+            "--identity",
+            name,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        all.extend(args.iter().map(|s| s.to_string()));
+        let api = lab.var("ROAM_API_SERVER");
+        let (host, port) = api.rsplit_once(':').expect("HOST:PORT");
+        let mut envs = vec![
+            json!({"name": "KUBERNETES_SERVICE_HOST", "value": host}),
+            json!({"name": "KUBERNETES_SERVICE_PORT", "value": port}),
+            json!({"name": "RUST_LOG", "value": "info,roam_migrator=debug,kube=warn"}),
+            json!({"name": "ROAM_TEST_POD", "value": format!("{namespace}/{pod}")}),
+        ];
+        envs.extend(env.iter().map(|(k, v)| json!({"name": k, "value": v})));
+        let manifest = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod, "namespace": namespace,
+                         "labels": {"roam.dev/test-controller": "true"}},
+            "spec": {
+                "nodeName": TEST_NODE, "hostNetwork": true,
+                "dnsPolicy": "ClusterFirstWithHostNet", "restartPolicy": "Never",
+                "serviceAccountName": sa, "terminationGracePeriodSeconds": 0,
+                // the lab's kubelets report disk pressure on the shared disk
+                "priorityClassName": "system-node-critical",
+                "containers": [{
+                    "name": "controller", "image": CONTROLLER_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["/usr/local/bin/roam-controller"], "args": all,
+                    "env": envs,
+                }],
+            },
+        });
+        let me = ControllerProcess {
+            lab: lab.clone(),
+            namespace: namespace.into(),
+            pod: pod.clone(),
+            log: lab.dir().join(format!("{pod}.log")),
             metrics,
-        }
+            gone: false,
+        };
+        // a previous incarnation of the same name (a restart) must be gone first
+        me.delete();
+        let _ = std::fs::remove_file(&me.log);
+        create(lab, &manifest);
+        crate::lab::wait_until_else(
+            Duration::from_secs(120),
+            &format!("controller pod {namespace}/{pod} to run"),
+            // the process, and the kubelet reporting it (kubectl logs needs that)
+            || {
+                me.pid()?;
+                let state = me
+                    .kubectl(&[
+                        "get",
+                        "pod",
+                        &pod,
+                        "-o",
+                        "jsonpath={.status.containerStatuses[0].state.running.startedAt}",
+                    ])
+                    .ok()?;
+                (!state.trim().is_empty()).then_some(())
+            },
+            || {
+                format!(
+                    "{}\n{}",
+                    me.kubectl(&["describe", "pod", &pod]).unwrap_or_else(|e| e),
+                    me.log_text()
+                )
+            },
+        );
+        me
+    }
+
+    /// The PID (in the host's PID namespace) of its roam-controller process.
+    pub fn pid(&self) -> Option<u32> {
+        process_with_env(&format!("ROAM_TEST_POD={}/{}", self.namespace, self.pod))
     }
 
     /// The last `n` lines of its log.
     pub fn log_tail(&self, n: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let text = self.log_text();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
     }
 
     /// Its whole log.
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        if self.gone {
+            return std::fs::read_to_string(&self.log).unwrap_or_default();
+        }
+        self.kubectl(&["logs", &self.pod])
+            .unwrap_or_else(|e| format!("(kubectl logs {}: {e})", self.pod))
     }
 
     /// GET its `/metrics`.
@@ -113,20 +182,47 @@ impl ControllerProcess {
 
     /// Its resident set size in KiB, from `/proc/PID/status`.
     pub fn rss_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        status
-            .lines()
-            .find(|l| l.starts_with("VmRSS:"))?
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
+        rss_kib(self.pid()?)
     }
 
-    /// Kill it now (SIGKILL: no graceful shutdown, as a crash would).
+    /// Whether its process has exited (e.g. at a failpoint, or on losing its Lease).
+    pub fn exited(&self) -> bool {
+        self.gone || self.pid().is_none()
+    }
+
+    /// Kill it now (SIGKILL: no graceful shutdown, as a crash would), keep its log, delete
+    /// its pod.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if self.gone {
+            return;
+        }
+        if let Some(pid) = self.pid() {
+            sigkill(pid);
+        }
+        let text = self.kubectl(&["logs", &self.pod]).unwrap_or_default();
+        let _ = std::fs::write(&self.log, text);
+        self.delete();
+        self.gone = true;
+    }
+
+    /// Delete the pod (if any) and wait until it is gone.
+    fn delete(&self) {
+        let _ = self.kubectl(&[
+            "delete",
+            "pod",
+            &self.pod,
+            "--ignore-not-found",
+            "--grace-period=0",
+            "--force",
+            "--wait=true",
+            "--timeout=120s",
+        ]);
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Result<String, String> {
+        let mut all = vec!["-n", self.namespace.as_str()];
+        all.extend_from_slice(args);
+        try_kubectl(&self.lab, &all)
     }
 }
 
@@ -134,6 +230,85 @@ impl Drop for ControllerProcess {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// `tcp:127.0.0.1:PORT` (the host's view of OVN central) as a node reaches it: the lab
+/// bridge's address (`tcp:10.213.0.1:PORT`).
+pub fn lab_endpoint(host_view: &str) -> String {
+    let port = host_view.rsplit(':').next().unwrap_or_default();
+    format!("tcp:10.213.0.1:{port}")
+}
+
+/// The test controllers' ServiceAccount, bound to cluster-admin (created once).
+fn test_service_account(lab: &Lab) {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        let (ns, sa) = TEST_SA;
+        let manifest = json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": ns}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": sa},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+             "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]},
+        ]});
+        apply(lab, &manifest);
+        // the token controller writes the account's token Secret: wait for it
+        crate::lab::wait_until(Duration::from_secs(60), "the test ServiceAccount's token", || {
+            let out = try_kubectl(lab, &["-n", ns, "get", "sa", sa, "-o", "jsonpath={.secrets[0].name}"]).ok()?;
+            (!out.trim().is_empty()).then_some(())
+        });
+    });
+}
+
+fn manifest_file(lab: &Lab, v: &serde_json::Value) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let file = lab.dir().join(format!(
+        "controller-manifest-{}-{n}.json",
+        std::process::id()
+    ));
+    std::fs::write(&file, v.to_string()).expect("write a manifest");
+    file
+}
+
+fn create(lab: &Lab, v: &serde_json::Value) {
+    let file = manifest_file(lab, v);
+    let r = try_kubectl(lab, &["create", "-f", file.to_str().expect("UTF-8")]);
+    let _ = std::fs::remove_file(&file);
+    r.unwrap_or_else(|e| panic!("kubectl create: {e}"));
+}
+
+fn apply(lab: &Lab, v: &serde_json::Value) {
+    let file = manifest_file(lab, v);
+    let r = try_kubectl(lab, &["apply", "-f", file.to_str().expect("UTF-8")]);
+    let _ = std::fs::remove_file(&file);
+    r.unwrap_or_else(|e| panic!("kubectl apply: {e}"));
+}
+
+/// The PID of the roam-controller process whose environment holds `entry` (`KEY=VALUE`).
+fn process_with_env(entry: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        if comm.trim() != "roam-controller" {
+            return None;
+        }
+        let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        env.split(|b| *b == 0)
+            .any(|kv| kv == entry.as_bytes())
+            .then_some(pid)
+    })
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// roam as `e2e/lab up` installed it from deploy/ (the lab overlay `e2e/deploy/lab`): the
@@ -204,18 +379,7 @@ impl Installed {
 
     /// The PID (in the host's PID namespace) of pod `pod`'s roam-controller process.
     pub fn pid(&self, pod: &str) -> Option<u32> {
-        let want = format!("POD_NAME={pod}");
-        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-            if comm.trim() != "roam-controller" {
-                return None;
-            }
-            let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-            env.split(|b| *b == 0)
-                .any(|kv| kv == want.as_bytes())
-                .then_some(pid)
-        })
+        process_with_env(&format!("POD_NAME={pod}"))
     }
 
     /// SIGKILL the leader's process (a crash, no graceful shutdown) and wait until a
@@ -322,15 +486,7 @@ impl Installed {
 
     /// The leader's resident set size in KiB.
     pub fn rss_kib(&self) -> Option<u64> {
-        let pid = self.pid(&self.leader()?)?;
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        status
-            .lines()
-            .find(|l| l.starts_with("VmRSS:"))?
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
+        rss_kib(self.pid(&self.leader()?)?)
     }
 
     /// `kubectl get pods,deploy` and the Lease: what a failure message shows.

@@ -1404,15 +1404,19 @@ fn controller_runs_under_its_least_privilege_service_account() {
     let _rbac = RbacFixture::apply(&lab, sys, sa);
     let kubeconfig = service_account_kubeconfig(&lab, sys, sa);
     let _token = RemoveFile(kubeconfig.clone());
-    let vm_logs = lab.dir().join("r5-rbac-vms");
+    // each node's own directory (the launcher pods create it)
+    let vm_logs = "/var/log/roam/r5-rbac-vms";
     // the VM and its pods go with the namespace; its leftovers on the nodes go here
     let tap = roam_migrator::core::vm::tap_name(&format!("{ns}/vm1"));
-    let _vm = VmCleanup::new(&lab)
-        .kubectl(&["-n", ns, "delete", "vm", "vm1", "--ignore-not-found"])
-        .vm(&format!("{ns}_vm1"), &[&tap])
-        .path(&vm_logs)
+    let _vm = roam_e2e::NODES
+        .iter()
+        .fold(
+            VmCleanup::new(&lab)
+                .kubectl(&["-n", ns, "delete", "vm", "vm1", "--ignore-not-found"])
+                .vm(&format!("{ns}_vm1"), &[&tap]),
+            |c, node| c.path(lab.node_path(node, vm_logs)),
+        )
         .cleaned();
-    std::fs::create_dir_all(&vm_logs).expect("the VMs' log directory");
     // the token is the service account's: it may not do what the ClusterRole does not grant
     let as_sa = |args: &[&str]| {
         let mut all = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
@@ -1434,13 +1438,12 @@ fn controller_runs_under_its_least_privilege_service_account() {
             "poolSizePerNode": 2, "refillPeriodSeconds": 2, "mtu": 1400}),
         )],
     );
-    let ctl = ControllerProcess::start(
+    // a pod in the controller's namespace, with the service account's token (in-cluster)
+    let ctl = ControllerProcess::start_as(
         &lab,
         sa,
         18160,
         &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
             "--leader-elect",
             "true",
             "--lease-namespace",
@@ -1458,10 +1461,12 @@ fn controller_runs_under_its_least_privilege_service_account() {
             "--shim-ports",
             "17160-17169",
             "--vm-log-dir",
-            vm_logs.to_str().unwrap(),
+            vm_logs,
             "--launcher-priority-class",
             "system-node-critical",
         ],
+        &[],
+        (sys, sa),
     );
     let fail = |what: &str| -> ! {
         panic!("{what}; controller log:\n{}", ctl.log_tail(80));

@@ -114,7 +114,8 @@ fn readyz(ctl: &ControllerProcess, code: u16) -> String {
         LONG,
         &format!("/readyz answering {code}"),
         || match ctl.get("/readyz") {
-            Some((c, body)) if c == code => Some(body),
+            // once the first checks ran (they run at start-up, then every 10 s)
+            Some((c, body)) if c == code && !body.contains("not run yet") => Some(body),
             _ => None,
         },
         || {
@@ -164,7 +165,8 @@ fn a_standby_answers_its_probes_and_a_wrong_nb_is_named() {
 
     // the southbound database answers OVSDB, but it is not the northbound
     let mut args = common.to_vec();
-    args.extend(["--nb", lab.sb_tcp()]);
+    let sb = roam_e2e::lab_endpoint(lab.sb_tcp());
+    args.extend(["--nb", sb.as_str()]);
     let standby = ControllerProcess::start(&lab, "readyz-standby", 18041, &args);
     let body = readyz(&standby, 503);
     assert!(body.contains("role: standby"), "{body}");

@@ -42,14 +42,20 @@ const TOR151: &str = "198.18.151.1";
 const OVL_GW: &str = "100.153.0.1";
 const LONG: Duration = Duration::from_secs(150);
 
-fn log_dir(lab: &Lab) -> std::path::PathBuf {
-    lab.dir().join("v8-vms")
-}
+/// The VMs' log directory on each node (its own disk; the launcher pods create it).
+const LOG_DIR: &str = "/var/log/roam/v8-vms";
 
+/// A guest's serial log, as each node's QEMU wrote it (node-a's, then node-b's).
 fn serial(lab: &Lab, vm: &str) -> String {
-    std::fs::read(log_dir(lab).join(format!("{NS}_{vm}.serial.log")))
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default()
+    roam_e2e::NODES
+        .iter()
+        .map(|node| {
+            let file = lab.node_path(node, &format!("{LOG_DIR}/{NS}_{vm}.serial.log"));
+            std::fs::read(file)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 fn vm(lab: &Lab, name: &str) -> Value {
@@ -93,10 +99,14 @@ fn objects(lab: &Lab) -> VmCleanup {
         let taps: Vec<&str> = taps.iter().map(String::as_str).collect();
         guard = guard.vm(&format!("{NS}_{name}"), &taps);
     }
-    let guard = guard.ovs_port("v8cli").path(log_dir(lab)).cleaned();
+    let guard = roam_e2e::NODES
+        .iter()
+        .fold(guard.ovs_port("v8cli"), |g, node| {
+            g.path(lab.node_path(node, LOG_DIR))
+        })
+        .cleaned();
     apply_crds(lab);
     roam_e2e::create_test_namespace(lab, NS);
-    std::fs::create_dir_all(log_dir(lab)).expect("log dir");
     guard
 }
 
@@ -252,7 +262,6 @@ fn vms_on_vlans_and_with_two_interfaces_live_migrate_keeping_their_addresses() {
     let tor = &wire.tor;
     let ovn = OvnRows::new(&lab);
     let objects = objects(&lab);
-    let logs = log_dir(&lab).display().to_string();
     let mut args = vec![
         "--leader-elect",
         "false",
@@ -265,7 +274,7 @@ fn vms_on_vlans_and_with_two_interfaces_live_migrate_keeping_their_addresses() {
         "--shim-ports",
         "17300-17399",
         "--vm-log-dir",
-        &logs,
+        LOG_DIR,
         "--launcher-priority-class",
         "system-node-critical",
     ];
