@@ -7,7 +7,7 @@
 //!    Address claimed for the pod, seen by a watch on Addresses, → the pod's
 //!    `roam.dev/addresses` seen by a watch on pods) and create → annotation (from the pod's
 //!    create request; includes queueing before the claim), each p50/p90/p99/max (targets
-//!    ≥ 30 pods/s, claim → annotation p99 ≤ 200 ms).
+//!    ≥ 100 pods/s, claim → annotation p99 ≤ 100 ms).
 //! 2. The controller's RSS (from /proc) once it also holds 10 000 more Addresses
 //!    (`ROAM_BENCH_ADDRESSES`) (target ≤ 150 MB).
 //!
@@ -323,13 +323,13 @@ async fn bench(
         )
     };
     println!(
-        "all {n_pods} annotated {total:?} after the first create: {:.1} pods/s (target ≥ 30)",
+        "all {n_pods} annotated {total:?} after the first create: {:.1} pods/s (target ≥ 100)",
         n_pods as f64 / total.as_secs_f64()
     );
     show(
         "claim → roam.dev/addresses",
         &since(&claimed),
-        " (target p99 ≤ 200 ms)",
+        " (target p99 ≤ 100 ms)",
     );
     show("create → roam.dev/addresses", &since(&sent), "");
     anyhow::ensure!(

@@ -417,6 +417,14 @@ impl Installed {
         self.wait_rolled_out();
     }
 
+    /// `kubectl rollout restart` the Deployment (an upgrade's rolling update: one pod at a
+    /// time, SIGTERM, a new pod) and wait until it is done and a new pod leads.
+    pub fn rollout_restart(&self) {
+        self.kubectl(&["rollout", "restart", &format!("deploy/{DEPLOYMENT}")])
+            .unwrap_or_else(|e| panic!("kubectl rollout restart: {e}"));
+        self.wait_rolled_out();
+    }
+
     /// Wait until the Deployment's rollout is complete and one of its current pods leads.
     pub fn wait_rolled_out(&self) {
         self.kubectl(&[

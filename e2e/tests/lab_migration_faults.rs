@@ -20,7 +20,9 @@
 //! - roam-controller dead right after it started the copy, before it recorded the job (the
 //!   `migration-started` failpoint: `ROAM_FAILPOINT` set in the Deployment, a rollout): the
 //!   next one adopts the running job and still sees the pause (the target announces, its
-//!   activation is timed); the failpoint removed again (a rollout: an upgrade).
+//!   activation is timed); the failpoint removed again (a rollout);
+//! - an upgrade: `kubectl rollout restart deploy/roam-controller` while a slow copy runs:
+//!   both pods replaced one at a time, the migration ends Succeeded.
 //!
 //! After each: the guest runs on exactly one node (libvirt domains of both nodes, through
 //! their sockets), the VM's status and its Address's host name that node, same IP and MAC, no
@@ -620,6 +622,36 @@ fn migrations_survive_controller_and_shim_faults() {
     assert_one_flip(&addr, "node-a", &ctl);
     eprintln!(
         "controller killed between starting the copy and recording it: Succeeded in {:?}",
+        t.elapsed()
+    );
+
+    // --- an upgrade while a slow copy runs (a → b): `kubectl rollout restart` replaces both
+    // controller pods, one at a time (SIGTERM: the leader hands its Lease over); the
+    // migration completes, nothing is lost
+    let t = Instant::now();
+    let w = watch_vmim(&lab, "f8-upgrade");
+    let addr = Watch::new(&lab, &["get", "address", &b.addr]);
+    create_vmim(&lab, "f8-upgrade", "node-b", Some((slow / 2).max(1)));
+    w.until("f8-upgrade copying", |m| phase(m) == "Migrating");
+    let old: Vec<String> = ctl.roam.pods().into_iter().map(|(p, _)| p).collect();
+    ctl.roam.rollout_restart();
+    let now: Vec<String> = ctl.roam.pods().into_iter().map(|(p, _)| p).collect();
+    assert!(
+        now.iter().all(|p| !old.contains(p)),
+        "every controller pod replaced: {old:?} → {now:?}"
+    );
+    eprintln!(
+        "  rolled out ({old:?} → {now:?}) with f8-upgrade in {}",
+        vmim(&lab, "f8-upgrade")
+            .map(|m| phase(&m).to_string())
+            .unwrap_or_default()
+    );
+    let m = wait_end(&lab, &ctl, "f8-upgrade");
+    assert_ended(&lab, &ctl, &m, "Succeeded", None);
+    assert_settled(&lab, &b, &ctl, "node-b");
+    assert_one_flip(&addr, "node-b", &ctl);
+    eprintln!(
+        "controller rolled out during a copy: Succeeded in {:?}",
         t.elapsed()
     );
 
