@@ -17,6 +17,9 @@ BRIDGE=roam-br0
 BRIDGE_IP=10.213.0.1
 # Geneve between the chassis runs on its own veth pair, on each chassis' br-phy
 # (the userspace datapath needs the tunnel endpoint on an OVS bridge).
+# Its MTU is a data centre's, 1500: an overlay's full-size packet (1400, roam's default) plus
+# geneve must fit, as between real hosts.
+UNDERLAY_MTU=${ROAM_LAB_UNDERLAY_MTU:-1500}
 APISERVER_PORT=${ROAM_APISERVER_PORT:-16443}
 ETCD_CLIENT_PORT=${ROAM_ETCD_CLIENT_PORT:-23790}
 ETCD_PEER_PORT=${ROAM_ETCD_PEER_PORT:-23800}

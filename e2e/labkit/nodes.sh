@@ -89,7 +89,8 @@ EOF
   ip link set roam-gnv-b netns "$(node_ns node-b)"
   for n in $NODES; do
     ns=$(node_ns "$n")
-    ip -n "$ns" link set "roam-gnv-${n#node-}" name gnv0 mtu 9000 up
+    # a data centre's MTU: the overlay's 1400 plus geneve must fit (ROAM_LAB_UNDERLAY_MTU)
+    ip -n "$ns" link set "roam-gnv-${n#node-}" name gnv0 mtu "$UNDERLAY_MTU" up
     wait_for 10 "node $n mount namespace" "$(node_dir "$n")/logs/holder.log" test -f "$(node_dir "$n")/mounted" \
       || return 1
   done

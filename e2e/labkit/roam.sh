@@ -15,9 +15,19 @@ ROAM_CONTROLLER_IMAGE=lab.local/roam-controller:dev
 ROAM_RELEASE_TARGET=${CARGO_TARGET_DIR:-$CACHE/target}
 
 roam_build() {
-  local stamp
+  local stamp src
+  # The target directory is shared by every checkout of this machine, and cargo judges a
+  # workspace crate fresh by mtimes: another checkout's newer build would pass for this one's.
+  # When the sources differ from the last build's, they are touched so that cargo rebuilds
+  # roam's crates (the dependencies stay cached).
+  src=$(cd "$E2E/.." && find crates Cargo.toml Cargo.lock -type f \( -name '*.rs' -o -name Cargo.toml -o -name Cargo.lock \) -print0 \
+    | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+  if [ "$(cat "$ROAM_RELEASE_TARGET/roam-sources.stamp" 2>/dev/null)" != "$src" ]; then
+    (cd "$E2E/.." && find crates -type f -name '*.rs' -exec touch {} +)
+  fi
   (cd "$E2E/.." && export PATH="$HOME/.cargo/bin:$PATH" CARGO_TARGET_DIR="$ROAM_RELEASE_TARGET" \
     && cargo build --locked -q --release -p roam-migrator --bin roam-controller)
+  mkdir -p "$ROAM_RELEASE_TARGET" && echo "$src" > "$ROAM_RELEASE_TARGET/roam-sources.stamp"
   stamp=$(sha256sum "$ROAM_RELEASE_TARGET/release/roam-controller" | cut -c1-16)
   if [ "$(cat "$ROAM_IMAGES/controller.stamp" 2>/dev/null)" != "$stamp" ] || [ ! -f "$ROAM_IMAGES/controller.tar" ]; then
     CARGO_TARGET_DIR=$ROAM_RELEASE_TARGET bash "$LABKIT/build-controller-image.sh" "$ROAM_CONTROLLER_IMAGE" "$ROAM_IMAGES/controller.tar" >/dev/null

@@ -48,6 +48,53 @@ impl TestNetns {
         self.try_run("ping", &["-n", "-c", "1", "-W", "1", ip])
             .is_ok()
     }
+
+    /// Three pings to `ip` of `size` bytes on the wire (IP header included), with Don't
+    /// Fragment set (each with a 2 s deadline): how many came back, or `Err` with ping's
+    /// output when not all three left this namespace (e.g. larger than its interface's MTU).
+    pub fn df_pings(&self, ip: &str, size: u16) -> Result<usize, String> {
+        let payload = (size - 28).to_string();
+        // ping exits 1 when nothing came back: its summary is on stdout either way
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &self.name, "ping", "-n", "-M", "do", "-s"])
+            .args([payload.as_str(), "-c", "3", "-W", "2", ip])
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout).into_owned()
+                    + &String::from_utf8_lossy(&o.stderr)
+            })
+            .unwrap_or_else(|e| e.to_string());
+        let field = |suffix: &str| -> Option<usize> {
+            out.split([',', '\n'])
+                .find_map(|f| f.trim().strip_suffix(suffix))
+                .and_then(|n| n.trim().trim_start_matches('+').parse().ok())
+        };
+        if field(" packets transmitted") != Some(3) || field(" errors").is_some() {
+            return Err(out);
+        }
+        Ok(field(" received").unwrap_or(0))
+    }
+
+    /// Send `bytes` bytes in one go to the TCP echo service at `ip`:7 and read them back:
+    /// `Ok(())` when every byte came back in order (a bulk transfer: full-size segments
+    /// both ways).
+    pub fn bulk_echo(&self, ip: &str, bytes: usize) -> Result<(), String> {
+        const SCRIPT: &str = r#"
+import socket, sys, threading
+n = int(sys.argv[2]); data = bytes((i * 7 + 3) & 0xff for i in range(n))
+s = socket.create_connection((sys.argv[1], 7), timeout=20)
+threading.Thread(target=lambda: s.sendall(data), daemon=True).start()
+got = bytearray()
+while len(got) < n:
+    b = s.recv(65536)
+    if not b: break
+    got += b
+print("echoed", len(got), "of", n, "intact" if bytes(got) == data else "CORRUPT")
+sys.exit(0 if bytes(got) == data else 1)
+"#;
+        self.try_run("python3", &["-c", SCRIPT, ip, &bytes.to_string()])
+            .map(|_| ())
+    }
 }
 
 impl Drop for TestNetns {

@@ -12,6 +12,10 @@
 //! The way back is driven by the `kubectl roam` plugin (`migrate VM --to NODE --watch`): it
 //! exits 0 once the migration Succeeded, after printing its progress. Last, a guest reset
 //! (`virsh reset`) shows in the VM's status (`guestResets`) and a `GuestReset` Event.
+//! The Network has no MTU of its own: the guest's is the default (1400) before and after each
+//! migration, and with the VM on node-b the client on node-a reaches it through geneve over
+//! the lab's 1500-byte node link — 1400-byte pings with DF set and a 4 MiB TCP echo pass, a
+//! 1500-byte ping does not.
 //! After each migration no process of either node uses another node's paths (the source's
 //! libvirtd reaches the target's at `qemu+tcp://<node IP>/system`, the controller's default).
 
@@ -35,6 +39,8 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
         b.addr.clone(),
     );
 
+    let mtu = wait_until(LONG, "the guest's MTU over HTTP", || guest_mtu(cli_ns, &ip));
+    assert_eq!(mtu, 1400, "a Network's default MTU, from the DHCP lease");
     for (to, from) in [("node-b", "node-a"), ("node-a", "node-b")] {
         let before = vm(&lab, &H8)["status"].clone();
         let (stream, stop) = Stream::start(&lab, cli_ns, &ip);
@@ -106,6 +112,29 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
         wait_until(LONG, "the guest answers ping after the migration", || {
             cli_ns.ping_once(&ip).then_some(())
         });
+        // a data centre's MTU: the Network's default (1400) in the guest (from DHCP) before
+        // and after; on node-b the client (node-a) reaches it through geneve over the
+        // lab's 1500-byte node link: full-size packets with DF set and a bulk transfer pass,
+        // a 1500-byte packet does not
+        let mtu = wait_until(LONG, "the guest's MTU over HTTP", || guest_mtu(cli_ns, &ip));
+        assert_eq!(mtu, 1400, "the guest's MTU after the move");
+        if to == "node-b" {
+            assert_eq!(
+                cli_ns.df_pings(&ip, 1400),
+                Ok(3),
+                "1400-byte DF pings across nodes"
+            );
+            // the client's own interface takes 1500: the path drops it, not the sender
+            cli_ns.run("ip", &["link", "set", H8.cli, "mtu", "1500"]);
+            assert_eq!(
+                cli_ns.df_pings(&ip, 1500),
+                Ok(0),
+                "a 1500-byte packet does not fit geneve over the 1500-byte underlay"
+            );
+            cli_ns
+                .bulk_echo(&ip, 4 << 20)
+                .unwrap_or_else(|e| panic!("a 4 MiB TCP transfer across nodes: {e}"));
+        }
         let out = stream.stop(&stop);
         assert!(
             out.starts_with("OK"),

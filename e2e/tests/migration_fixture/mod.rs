@@ -83,6 +83,16 @@ pub fn serial(lab: &Lab, n: &Names) -> String {
         .join("")
 }
 
+/// The guest's eth0 MTU, as its init reports it over HTTP (`/mtu`, refreshed every second).
+pub fn guest_mtu(cli_ns: &TestNetns, ip: &str) -> Option<u16> {
+    cli_ns
+        .try_run("curl", &["-fsS", "-m", "3", &format!("http://{ip}/mtu")])
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Everything the test creates: the namespace (VMs, migrations — finalizers dropped —, pods,
 /// Secrets), the Network and its Addresses, the VM's domain and tap on both nodes, its logs;
 /// removed first (a killed run's leftovers) and on drop.
@@ -340,7 +350,7 @@ pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
             json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network",
                    "metadata": {"name": net},
                    "spec": {"subnet": n.subnet, "transitSubnet": n.transit,
-                            "poolSizePerNode": 2, "mtu": 1400}}),
+                            "poolSizePerNode": 2}}),
             json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
                    "metadata": {"name": vmn, "namespace": ns},
                    "spec": {"cpu": 1, "memoryMiB": 256, "node": "node-a",

@@ -19,8 +19,17 @@ pub const DEFAULT_POOL_SIZE: u32 = 10;
 pub const DEFAULT_REFILL_SECONDS: u32 = 30;
 /// Default reclaim grace.
 pub const DEFAULT_GRACE_SECONDS: u32 = 600;
-/// Default MTU.
-pub const DEFAULT_MTU: u16 = 1500;
+/// The MTU of a data centre's node network, which carries the overlay's geneve tunnels and
+/// the VLANs.
+pub const UNDERLAY_MTU: u16 = 1500;
+/// What geneve costs an overlay packet on the way between nodes, with room to spare: outer
+/// IPv4 (20) or IPv6 (40), UDP (8), geneve with OVN's option (16) and the inner Ethernet
+/// header (14) — 58 or 78 bytes; 100 as OVN-Kubernetes reserves.
+pub const ENCAPSULATION_OVERHEAD: u16 = 100;
+/// Default MTU of an overlay Network: what a full-size packet may be so that, encapsulated,
+/// it still crosses a 1500-byte underlay (1400). An underlay (VLAN) Network is not
+/// encapsulated: [`UNDERLAY_MTU`].
+pub const DEFAULT_MTU: u16 = UNDERLAY_MTU - ENCAPSULATION_OVERHEAD;
 /// Default physical network of an underlay.
 pub const DEFAULT_PHYSNET: &str = "physnet";
 /// Default overlay transit network.
@@ -203,7 +212,10 @@ pub fn validate_network(name: &str, spec: &NetworkSpec) -> Result<NetworkPlan> {
                 .map_err(|_| invalid(name, "dns", d, "expected an IPv4 address"))
         })
         .collect::<Result<Vec<Ipv4Addr>>>()?;
-    let mtu = spec.mtu.unwrap_or(DEFAULT_MTU);
+    let mtu = spec.mtu.unwrap_or(match spec.mode {
+        NetworkMode::Overlay => DEFAULT_MTU,
+        NetworkMode::Underlay => UNDERLAY_MTU,
+    });
     if mtu < 576 {
         return Err(invalid(
             name,
@@ -465,7 +477,10 @@ mod tests {
         assert_eq!(p.pool_size, 10);
         assert_eq!(p.refill, Duration::from_secs(30));
         assert_eq!(p.grace, Duration::from_secs(600));
-        assert_eq!(p.mtu, 1500);
+        assert_eq!(
+            p.mtu, 1400,
+            "full-size packets cross a 1500 underlay after geneve"
+        );
         assert_eq!(p.prefix_len(), 32);
         assert_eq!(p.fabric_ip(), Ipv4Addr::new(169, 254, 0, 1));
         assert!(!p.range.allows(p.gateway()));
@@ -485,6 +500,7 @@ mod tests {
         let p = validate_network("v", &s).unwrap();
         assert_eq!(p.prefix_len(), 16);
         assert_eq!(underlay_input(&p).unwrap().vlan, 116);
+        assert_eq!(p.mtu, 1500, "a VLAN is not encapsulated");
 
         assert_eq!(
             field(validate_network("o", &spec("100.64.0.1/16")).unwrap_err()),
