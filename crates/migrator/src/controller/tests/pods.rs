@@ -80,19 +80,20 @@ async fn a_bad_interfaces_annotation_claims_nothing_and_is_reported_once() {
 #[tokio::test]
 async fn a_pod_outside_the_namespace_selector_is_left_alone() {
     let pool = address("net-10-1-0-5", "net", "10.1.0.5", None, "node-a");
-    let scoped = || super::super::Config {
-        namespace_selector: Some("!roam.dev/test".into()),
-        ..config()
-    };
     let list =
         "/api/v1/namespaces?&fieldSelector=metadata.name%3Dns&labelSelector=%21roam.dev%2Ftest";
-    let (ctx, api) = context_with(
-        scoped(),
-        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
-        &["node-a"],
-        std::slice::from_ref(&pool),
-    );
-    api.put(&pool);
+    // a controller that serves only namespaces without roam.dev/test, and a pool Address
+    let scoped = || {
+        let config = super::super::Config {
+            namespace_selector: Some("!roam.dev/test".into()),
+            ..config()
+        };
+        let net = network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z");
+        let (ctx, api) = context_with(config, &[net], &["node-a"], std::slice::from_ref(&pool));
+        api.put(&pool);
+        (ctx, api)
+    };
+    let (ctx, api) = scoped();
     let p = pod("web", "node-a", json!({}));
     api.put(&p);
     // the API server lists no namespace `ns` under the selector: one question, no claim,
@@ -109,13 +110,7 @@ async fn a_pod_outside_the_namespace_selector_is_left_alone() {
     api.done().await;
 
     // a namespace the selector takes: the pod claims as usual
-    let (ctx, api) = context_with(
-        scoped(),
-        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
-        &["node-a"],
-        std::slice::from_ref(&pool),
-    );
-    api.put(&pool);
+    let (ctx, api) = scoped();
     api.put(&p);
     api.put(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}}));
     api.expect(Scenario::Steps(vec![
