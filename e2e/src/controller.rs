@@ -321,6 +321,14 @@ pub struct Installed {
     lab: Lab,
 }
 
+/// A leader killed by [`Installed::kill_leader`]: its pod and how often the kubelet had
+/// restarted it before.
+pub struct Crash {
+    /// The pod.
+    pub pod: String,
+    restarts: u64,
+}
+
 /// The installation's namespace, Deployment and Lease.
 pub const INSTALLED_NAMESPACE: &str = "roam-system";
 const DEPLOYMENT: &str = "roam-controller";
@@ -383,26 +391,38 @@ impl Installed {
     }
 
     /// SIGKILL the leader's process (a crash, no graceful shutdown) and wait until a
-    /// controller leads again: the same pod's container restarted by the kubelet, or the
-    /// standby once the Lease expired; returns the crashed pod's name.
+    /// controller leads again ([`Installed::wait_back`]); returns the crashed pod's name.
     pub fn crash_leader(&self) -> String {
+        let crash = self.kill_leader();
+        self.wait_back(&crash);
+        crash.pod
+    }
+
+    /// SIGKILL the leader's process, now (a crash, no graceful shutdown).
+    pub fn kill_leader(&self) -> Crash {
         let pod = crate::lab::wait_until(Duration::from_secs(60), "a leader", || self.leader());
-        let before = self.restarts(&pod);
+        let restarts = self.restarts(&pod);
         let pid = self
             .pid(&pod)
             .unwrap_or_else(|| panic!("no roam-controller process of pod {pod} on this host"));
         sigkill(pid);
+        Crash { pod, restarts }
+    }
+
+    /// Wait until a controller leads again after `crash`: the same pod's container restarted
+    /// by the kubelet (at once the first time, then after its growing back-off), or the
+    /// standby once the Lease expired (15 s).
+    pub fn wait_back(&self, crash: &Crash) {
         crate::lab::wait_until_else(
             Duration::from_secs(120),
-            &format!("a leader after {pod}'s crash"),
+            &format!("a leader after {}'s crash", crash.pod),
             || {
                 let leader = self.leader()?;
-                let back = leader != pod || self.restarts(&pod) > before;
+                let back = leader != crash.pod || self.restarts(&crash.pod) > crash.restarts;
                 (back && self.pid(&leader).is_some()).then_some(())
             },
             || self.describe(),
         );
-        pod
     }
 
     /// Set (`Some`) or remove (`None`) environment variable `key` of the controller

@@ -71,12 +71,14 @@ impl Ctl {
     /// SIGKILL the leader (a crash) and wait until a controller leads again; prints the
     /// phase `migration` had then.
     fn crash_and_restart(&mut self, migration: &str) {
-        let pod = self.roam.crash_leader();
+        let crash = self.roam.kill_leader();
         let at = vmim(&self.lab, migration)
             .map(|m| phase(&m).to_string())
             .unwrap_or_default();
+        self.roam.wait_back(&crash);
         eprintln!(
-            "  controller {pod} SIGKILLed with {migration} in {at}; {} leads",
+            "  controller {} SIGKILLed with {migration} in {at}; {} leads",
+            crash.pod,
             self.roam.leader().unwrap_or_default()
         );
     }
@@ -434,7 +436,10 @@ fn migrations_survive_controller_and_shim_faults() {
     let t = Instant::now();
     let w = watch_vmim(&lab, "f8-copy");
     let addr = Watch::new(&lab, &["get", "address", &b.addr]);
-    create_vmim(&lab, "f8-copy", "node-b", Some(slow));
+    // slow enough (~60 s) that the copy's pause comes after a controller leads again even
+    // when the crashed leader's container is in the kubelet's back-off and the standby
+    // waits out the Lease (15 s): the restarted controller must see the pause to time it
+    create_vmim(&lab, "f8-copy", "node-b", Some((slow / 3).max(1)));
     w.until("f8-copy copying", |m| phase(m) == "Migrating");
     create_vmim(&lab, "f8-dup", "node-a", None);
     let dup = wait_end(&lab, &ctl, "f8-dup");
