@@ -59,10 +59,10 @@ roam_leader() {
 }
 
 roam_ready() {
-  local want ready
-  want=$(kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system get deploy roam-controller -o jsonpath='{.spec.replicas}' 2>/dev/null) || return 1
-  ready=$(kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system get deploy roam-controller -o jsonpath='{.status.readyReplicas}' 2>/dev/null) || return 1
-  [ -n "$want" ] && [ "$want" = "$ready" ] && roam_leader >/dev/null
+  local counts
+  counts=$(kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system get deploy roam-controller \
+    -o jsonpath='{.spec.replicas}/{.status.readyReplicas}' 2>/dev/null) || return 1
+  [ "${counts%/*}" -gt 0 ] 2>/dev/null && [ "${counts%/*}" = "${counts#*/}" ] && roam_leader >/dev/null
 }
 
 roam_up() {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::lab::{Lab, try_kubectl};
+use crate::lab::{Lab, kubectl_manifest, try_kubectl};
 
 /// The image `e2e/lab up` builds and imports into every node (e2e/labkit/roam.sh).
 pub const CONTROLLER_IMAGE: &str = "lab.local/roam-controller:dev";
@@ -69,9 +69,9 @@ impl ControllerProcess {
         let metrics = format!("{}:{metrics_port}", lab.node(TEST_NODE).ip);
         let mut all: Vec<String> = [
             "--nb",
-            &lab_endpoint(lab.nb_tcp()),
+            &lab_endpoint(lab, lab.nb_tcp()),
             "--sb",
-            &lab_endpoint(lab.sb_tcp()),
+            &lab_endpoint(lab, lab.sb_tcp()),
             "--metrics-addr",
             &format!("0.0.0.0:{metrics_port}"),
             "--identity",
@@ -119,7 +119,8 @@ impl ControllerProcess {
         // a previous incarnation of the same name (a restart) must be gone first
         me.delete();
         let _ = std::fs::remove_file(&me.log);
-        create(lab, &manifest);
+        kubectl_manifest(lab, "create", &manifest)
+            .unwrap_or_else(|e| panic!("create controller pod {namespace}/{pod}: {e}"));
         crate::lab::wait_until_else(
             Duration::from_secs(120),
             &format!("controller pod {namespace}/{pod} to run"),
@@ -185,11 +186,6 @@ impl ControllerProcess {
         rss_kib(self.pid()?)
     }
 
-    /// Whether its process has exited (e.g. at a failpoint, or on losing its Lease).
-    pub fn exited(&self) -> bool {
-        self.gone || self.pid().is_none()
-    }
-
     /// Kill it now (SIGKILL: no graceful shutdown, as a crash would), keep its log, delete
     /// its pod.
     pub fn kill(&mut self) {
@@ -232,11 +228,16 @@ impl Drop for ControllerProcess {
     }
 }
 
-/// `tcp:127.0.0.1:PORT` (the host's view of OVN central) as a node reaches it: the lab
-/// bridge's address (`tcp:10.213.0.1:PORT`).
-pub fn lab_endpoint(host_view: &str) -> String {
+/// `tcp:127.0.0.1:PORT` (the host's view of OVN central) as a node reaches it: central
+/// listens on the lab bridge too, the address the API server has (`ROAM_API_SERVER`).
+pub fn lab_endpoint(lab: &Lab, host_view: &str) -> String {
     let port = host_view.rsplit(':').next().unwrap_or_default();
-    format!("tcp:10.213.0.1:{port}")
+    let bridge = lab
+        .var("ROAM_API_SERVER")
+        .rsplit_once(':')
+        .expect("HOST:PORT")
+        .0;
+    format!("tcp:{bridge}:{port}")
 }
 
 /// The test controllers' ServiceAccount, bound to cluster-admin (created once).
@@ -251,38 +252,14 @@ fn test_service_account(lab: &Lab) {
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
              "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]},
         ]});
-        apply(lab, &manifest);
+        kubectl_manifest(lab, "apply", &manifest)
+            .unwrap_or_else(|e| panic!("the test controllers' ServiceAccount: {e}"));
         // the token controller writes the account's token Secret: wait for it
         crate::lab::wait_until(Duration::from_secs(60), "the test ServiceAccount's token", || {
             let out = try_kubectl(lab, &["-n", ns, "get", "sa", sa, "-o", "jsonpath={.secrets[0].name}"]).ok()?;
             (!out.trim().is_empty()).then_some(())
         });
     });
-}
-
-fn manifest_file(lab: &Lab, v: &serde_json::Value) -> PathBuf {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let file = lab.dir().join(format!(
-        "controller-manifest-{}-{n}.json",
-        std::process::id()
-    ));
-    std::fs::write(&file, v.to_string()).expect("write a manifest");
-    file
-}
-
-fn create(lab: &Lab, v: &serde_json::Value) {
-    let file = manifest_file(lab, v);
-    let r = try_kubectl(lab, &["create", "-f", file.to_str().expect("UTF-8")]);
-    let _ = std::fs::remove_file(&file);
-    r.unwrap_or_else(|e| panic!("kubectl create: {e}"));
-}
-
-fn apply(lab: &Lab, v: &serde_json::Value) {
-    let file = manifest_file(lab, v);
-    let r = try_kubectl(lab, &["apply", "-f", file.to_str().expect("UTF-8")]);
-    let _ = std::fs::remove_file(&file);
-    r.unwrap_or_else(|e| panic!("kubectl apply: {e}"));
 }
 
 /// The PID of the roam-controller process whose environment holds `entry` (`KEY=VALUE`).
@@ -330,7 +307,7 @@ pub struct Crash {
 }
 
 /// The installation's namespace, Deployment and Lease.
-pub const INSTALLED_NAMESPACE: &str = "roam-system";
+const INSTALLED_NAMESPACE: &str = "roam-system";
 const DEPLOYMENT: &str = "roam-controller";
 const POD_LABEL: &str = "app.kubernetes.io/name=roam-controller";
 
@@ -465,40 +442,42 @@ impl Installed {
         );
     }
 
-    /// Every pod's log, the previous container's first (a crashed one), each under a header.
-    pub fn log_text(&self) -> String {
-        let mut out = String::new();
+    /// Every pod's logs, the previous container's first (a crashed one): (header, text).
+    fn logs(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
         for (pod, node) in self.pods() {
-            for prev in [true, false] {
+            for (flag, which) in [
+                (Some("--previous"), "previous container"),
+                (None, "container"),
+            ] {
                 let mut args = vec!["logs", pod.as_str()];
-                if prev {
-                    args.push("--previous");
-                }
+                args.extend(flag);
                 if let Ok(text) = self.kubectl(&args) {
-                    let which = if prev {
-                        "previous container"
-                    } else {
-                        "container"
-                    };
-                    out += &format!("===== {pod} on {node} ({which})\n{text}");
+                    out.push((format!("{pod} on {node} ({which})"), text));
                 }
             }
         }
         out
     }
 
+    /// Every pod's log, the previous container's first (a crashed one), each under a header.
+    pub fn log_text(&self) -> String {
+        self.logs()
+            .into_iter()
+            .map(|(head, text)| format!("===== {head}\n{text}"))
+            .collect()
+    }
+
     /// The last `n` lines of each pod's current log (and its previous container's).
     pub fn log_tail(&self, n: usize) -> String {
-        let mut out = String::new();
-        for block in self.log_text().split("===== ").filter(|b| !b.is_empty()) {
-            let (head, body) = block.split_once('\n').unwrap_or((block, ""));
-            let lines: Vec<&str> = body.lines().collect();
-            out += &format!(
-                "===== {head}\n{}\n",
-                lines[lines.len().saturating_sub(n)..].join("\n")
-            );
-        }
-        out
+        self.logs()
+            .into_iter()
+            .map(|(head, text)| {
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = lines[lines.len().saturating_sub(n)..].join("\n");
+                format!("===== {head}\n{tail}\n")
+            })
+            .collect()
     }
 
     /// GET `path` from pod `pod`'s metrics and probe port (host network: its node's
@@ -510,11 +489,6 @@ impl Installed {
             .find(|(p, _)| p == pod)
             .map(|(_, n)| n)?;
         http_get(&format!("{}:9090", self.lab.node(&node).ip), path)
-    }
-
-    /// The leader's resident set size in KiB.
-    pub fn rss_kib(&self) -> Option<u64> {
-        rss_kib(self.pid(&self.leader()?)?)
     }
 
     /// `kubectl get pods,deploy` and the Lease: what a failure message shows.

@@ -207,6 +207,14 @@ impl VmCleanup {
         self
     }
 
+    /// Also remove `path` from every node's own disk (e.g. a VM log directory).
+    pub fn node_path(self, path: &str) -> VmCleanup {
+        let lab = self.lab.clone();
+        crate::hosts::NODES
+            .iter()
+            .fold(self, |c, node| c.path(lab.node_path(node, path)))
+    }
+
     /// [`VmCleanup::clean`] now (a killed run's leftovers), then the guard.
     pub fn cleaned(self) -> VmCleanup {
         self.clean();

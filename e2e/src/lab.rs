@@ -206,13 +206,39 @@ pub const TEST_LABEL: &str = "roam.dev/test";
 pub fn create_test_namespace(lab: &Lab, ns: &str) {
     let manifest = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": ns, "labels": {TEST_LABEL: "true"}}});
+    kubectl_manifest(lab, "create", &manifest)
+        .unwrap_or_else(|e| panic!("create namespace {ns}: {e}"));
+}
+
+/// `kubectl <verb> -f` of `manifest` (an object or a List), written to a file under the lab
+/// directory for the call; `Ok(stdout)` or `Err(stderr)`.
+pub fn kubectl_manifest(
+    lab: &Lab,
+    verb: &str,
+    manifest: &serde_json::Value,
+) -> Result<String, String> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let file = lab
         .dir()
-        .join(format!("namespace-{ns}-{}.json", std::process::id()));
-    std::fs::write(&file, manifest.to_string()).expect("write the namespace manifest");
-    let r = try_kubectl(lab, &["create", "-f", file.to_str().expect("a UTF-8 path")]);
+        .join(format!("manifest-{}-{n}.json", std::process::id()));
+    std::fs::write(&file, manifest.to_string()).map_err(|e| format!("write {file:?}: {e}"))?;
+    let r = try_kubectl(lab, &[verb, "-f", file.to_str().expect("a UTF-8 path")]);
     let _ = std::fs::remove_file(&file);
-    r.unwrap_or_else(|e| panic!("create namespace {ns}: {e}"));
+    r
+}
+
+/// File `path` as each node has it on its own disk, node-a's then node-b's (a VM's serial
+/// log, written on each node it ran on), concatenated; a node without it adds nothing.
+pub fn node_files(lab: &Lab, path: &str) -> String {
+    crate::hosts::NODES
+        .iter()
+        .map(|node| {
+            std::fs::read(lab.node_path(node, path))
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 /// Apply roam's CRDs (`deploy/crds`) and wait until the API server serves every one of them.

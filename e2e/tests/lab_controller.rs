@@ -25,28 +25,10 @@ fn get_json(lab: &Lab, args: &[&str]) -> Value {
 
 /// `kubectl create` (or `apply`) of one or more objects.
 fn create(lab: &Lab, verb: &str, objects: &[Value]) {
-    let file = lab
-        .dir()
-        .join(format!("h5-{}-{}.json", std::process::id(), rand_suffix()));
     let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
-    std::fs::write(&file, list.to_string()).expect("write manifest");
-    let r = try_kubectl(lab, &[verb, "-f", file.to_str().unwrap()]);
-    let _ = std::fs::remove_file(&file);
-    if let Err(e) = r {
+    if let Err(e) = roam_e2e::kubectl_manifest(lab, verb, &list) {
         panic!("kubectl {verb} failed: {e}");
     }
-}
-
-fn rand_suffix() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(
-        std::time::SystemTime::now()
-            .elapsed()
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0),
-    );
-    h.finish()
 }
 
 /// Everything a test creates in Kubernetes, removed when dropped (also after a failure):
@@ -1408,14 +1390,10 @@ fn controller_runs_under_its_least_privilege_service_account() {
     let vm_logs = "/var/log/roam/r5-rbac-vms";
     // the VM and its pods go with the namespace; its leftovers on the nodes go here
     let tap = roam_migrator::core::vm::tap_name(&format!("{ns}/vm1"));
-    let _vm = roam_e2e::NODES
-        .iter()
-        .fold(
-            VmCleanup::new(&lab)
-                .kubectl(&["-n", ns, "delete", "vm", "vm1", "--ignore-not-found"])
-                .vm(&format!("{ns}_vm1"), &[&tap]),
-            |c, node| c.path(lab.node_path(node, vm_logs)),
-        )
+    let _vm = VmCleanup::new(&lab)
+        .kubectl(&["-n", ns, "delete", "vm", "vm1", "--ignore-not-found"])
+        .vm(&format!("{ns}_vm1"), &[&tap])
+        .node_path(vm_logs)
         .cleaned();
     // the token is the service account's: it may not do what the ClusterRole does not grant
     let as_sa = |args: &[&str]| {

@@ -165,7 +165,7 @@ fn a_standby_answers_its_probes_and_a_wrong_nb_is_named() {
 
     // the southbound database answers OVSDB, but it is not the northbound
     let mut args = common.to_vec();
-    let sb = roam_e2e::lab_endpoint(lab.sb_tcp());
+    let sb = roam_e2e::lab_endpoint(&lab, lab.sb_tcp());
     args.extend(["--nb", sb.as_str()]);
     let standby = ControllerProcess::start(&lab, "readyz-standby", 18041, &args);
     let body = readyz(&standby, 503);

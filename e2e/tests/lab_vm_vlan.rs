@@ -47,15 +47,7 @@ const LOG_DIR: &str = "/var/log/roam/v8-vms";
 
 /// A guest's serial log, as each node's QEMU wrote it (node-a's, then node-b's).
 fn serial(lab: &Lab, vm: &str) -> String {
-    roam_e2e::NODES
-        .iter()
-        .map(|node| {
-            let file = lab.node_path(node, &format!("{LOG_DIR}/{NS}_{vm}.serial.log"));
-            std::fs::read(file)
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .unwrap_or_default()
-        })
-        .collect()
+    roam_e2e::node_files(lab, &format!("{LOG_DIR}/{NS}_{vm}.serial.log"))
 }
 
 fn vm(lab: &Lab, name: &str) -> Value {
@@ -99,12 +91,7 @@ fn objects(lab: &Lab) -> VmCleanup {
         let taps: Vec<&str> = taps.iter().map(String::as_str).collect();
         guard = guard.vm(&format!("{NS}_{name}"), &taps);
     }
-    let guard = roam_e2e::NODES
-        .iter()
-        .fold(guard.ovs_port("v8cli"), |g, node| {
-            g.path(lab.node_path(node, LOG_DIR))
-        })
-        .cleaned();
+    let guard = guard.ovs_port("v8cli").node_path(LOG_DIR).cleaned();
     apply_crds(lab);
     roam_e2e::create_test_namespace(lab, NS);
     guard

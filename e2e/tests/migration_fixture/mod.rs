@@ -53,16 +53,9 @@ pub fn get(lab: &Lab, args: &[&str]) -> Option<Value> {
 
 /// `kubectl create` of `objects` (one List manifest).
 pub fn create(lab: &Lab, objects: &[Value]) {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let file = lab
-        .dir()
-        .join(format!("manifest-{}-{n}.json", std::process::id()));
     let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
-    std::fs::write(&file, list.to_string()).expect("write manifest");
-    let r = try_kubectl(lab, &["create", "-f", file.to_str().unwrap()]);
-    let _ = std::fs::remove_file(&file);
-    r.unwrap_or_else(|e| panic!("kubectl create: {e}"));
+    roam_e2e::kubectl_manifest(lab, "create", &list)
+        .unwrap_or_else(|e| panic!("kubectl create: {e}"));
 }
 
 /// Where the installed roam's launchers write VM logs, on every node (its --vm-log-dir).
@@ -71,16 +64,7 @@ pub const VM_LOG_DIR: &str = "/var/log/roam/vms";
 /// The guest's serial log: what each node's QEMU wrote of it (node-a's, then node-b's), read
 /// from the node's own disk.
 pub fn serial(lab: &Lab, n: &Names) -> String {
-    roam_e2e::NODES
-        .iter()
-        .map(|node| {
-            let file = format!("{VM_LOG_DIR}/{}_{}.serial.log", n.ns, n.vm);
-            std::fs::read(lab.node_path(node, &file))
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .unwrap_or_default()
-        })
-        .collect::<Vec<_>>()
-        .join("")
+    roam_e2e::node_files(lab, &format!("{VM_LOG_DIR}/{}_{}.serial.log", n.ns, n.vm))
 }
 
 /// The guest's eth0 MTU, as its init reports it over HTTP (`/mtu`, refreshed every second).
@@ -107,12 +91,8 @@ impl Fixture {
         let cleanup = VmCleanup::new(lab)
             .namespace(n.ns)
             .network(n.net)
-            .vm(&format!("{}_{}", n.ns, n.vm), &[&tap]);
-        let cleanup = roam_e2e::NODES
-            .iter()
-            .fold(cleanup, |c, node| {
-                c.path(lab.node_path(node, &format!("{VM_LOG_DIR}/{}_{}.serial.log", n.ns, n.vm)))
-            })
+            .vm(&format!("{}_{}", n.ns, n.vm), &[&tap])
+            .node_path(&format!("{VM_LOG_DIR}/{}_{}.serial.log", n.ns, n.vm))
             .cleaned();
         apply_crds(lab);
         kubectl(lab, &["create", "namespace", n.ns]);
