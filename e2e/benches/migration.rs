@@ -152,9 +152,14 @@ impl Capture {
                 }),
                 tcpdump_line,
             );
-            let uri = node.libvirt.clone();
+            // QEMU's events from the libvirtd of the VM's launcher pod on this node (each pod
+            // runs its own): looked up again whenever the subscription ends (the pod went,
+            // a migration's target pod came)
+            let (lab_, name) = (lab.clone(), node.name.clone());
             let qmp: Source = (
                 Box::new(move || {
+                    std::thread::sleep(Duration::from_millis(100));
+                    let uri = roam_e2e::launcher_libvirt(&lab_, NS, VM, &name)?;
                     let mut c = std::process::Command::new("virsh");
                     c.args(["-c", &uri, "qemu-monitor-event", "--loop"]);
                     Some(c)
@@ -677,7 +682,10 @@ fn main() {
                 println!(
                     "    no answer {:.1} s after the migration; the guest on {to}:\n{}",
                     landed.elapsed().as_secs_f64(),
-                    probe(&lab.node(to).libvirt, &domain)
+                    roam_e2e::launcher_libvirt(&lab, NS, VM, to).map_or_else(
+                        || format!("no launcher pod on {to}"),
+                        |uri| probe(&uri, &domain)
+                    )
                 );
             }
             None
@@ -804,9 +812,10 @@ fn main() {
     } else {
         "node-b"
     };
-    let uri = lab.node(here).libvirt;
-    let image = lab.dir().join(here).join("bench-save.img");
-    let image = image.to_string_lossy();
+    let uri = roam_e2e::launcher_libvirt(&lab, NS, VM, here)
+        .unwrap_or_else(|| panic!("no launcher pod of {NS}/{VM} on {here}"));
+    // in the launcher pod's own filesystem: its libvirtd writes and reads it
+    let image = "/var/lib/libvirt/qemu/save/bench-save.img";
     let suspend_afters = control(
         &lab,
         &capture,
@@ -829,9 +838,8 @@ fn main() {
         "save → restore into a new QEMU",
         count("ROAM_BENCH_RESTORES", 5),
         |_| {
-            roam_e2e::run("virsh", &["-c", &uri, "save", &domain, &image]);
-            roam_e2e::run("virsh", &["-c", &uri, "restore", &image]);
-            let _ = std::fs::remove_file(&*image);
+            roam_e2e::run("virsh", &["-c", &uri, "save", &domain, image]);
+            roam_e2e::run("virsh", &["-c", &uri, "restore", image]);
         },
     );
     let (am, a0, a1) = spread(&afters);

@@ -11,7 +11,7 @@ GUEST_DIR=$CACHE/guest
 
 NODES="node-a node-b"
 # Lab underlay: a bridge in the root namespace that reaches each node's namespace through a
-# veth. It carries the API traffic and libvirt's migration stream. Nodes have no default
+# veth. It carries the API traffic and the launchers' migration streams. Nodes have no default
 # route, so nothing can leave the machine.
 BRIDGE=roam-br0
 BRIDGE_IP=10.213.0.1
@@ -26,16 +26,16 @@ ETCD_PEER_PORT=${ROAM_ETCD_PEER_PORT:-23800}
 NB_TCP_PORT=${ROAM_NB_TCP_PORT:-16641}
 SB_TCP_PORT=${ROAM_SB_TCP_PORT:-16642}
 
-# Paths kubelet, containerd, CNI and libvirt hard-code: each node gets its own copy, bind-mounted
-# in the node's private mount namespace (the host's are never written).
-NODE_BIND_PATHS="/run /etc/libvirt /var/lib/libvirt /var/log/libvirt /var/cache/libvirt \
-/var/lib/kubelet /var/log/pods /var/log/containers /var/lib/containerd /var/lib/cni /etc/cni/net.d /opt/cni \
+# Paths kubelet, containerd and CNI hard-code: each node gets its own copy, bind-mounted in the
+# node's private mount namespace (the host's are never written). No node has a libvirt of its
+# own: libvirt and QEMU run in roam's launcher pods.
+NODE_BIND_PATHS="/run /var/lib/kubelet /var/log/pods /var/log/containers /var/lib/containerd /var/lib/cni /etc/cni/net.d /opt/cni \
 /etc/kubernetes /var/log/roam"
 bind_src() { echo "$(node_dir "$1")/fs$(echo "$2" | tr / _)"; }
 # What a node must not see, as one host cannot see another's disk: the other nodes' trees,
 # OVN central's and the control plane's (its PKI holds the cluster CA's key). Each node's
 # mount namespace covers them with an empty read-only tmpfs (node-inner.sh); a node reaches
-# the API server, the OVN databases and the other node's libvirtd over the network only.
+# the API server, the OVN databases and the other node's launcher pods over the network only.
 node_hidden_paths() {
   local n=$1 o out="$LAB_DIR/central $LAB_DIR/kube"
   for o in $NODES; do [ "$o" = "$n" ] || out="$out $(node_dir "$o")"; done
@@ -48,7 +48,6 @@ node_dir() { echo "$LAB_DIR/$1"; }
 node_ip() { echo "10.213.0.$(node_index "$1")"; }
 node_pod_net() { echo "10.215.$(node_index "$1")"; }   # /24 of the stand-in bridge CNI
 node_tunnel_ip() { echo "10.214.0.$(node_index "$1")"; }
-node_libvirt_uri() { echo "qemu+unix:///system?socket=$(node_dir "$1")/fs_run/libvirt/libvirt-sock"; }
 node_ovs_db() { echo "unix:$(node_dir "$1")/fs_run/openvswitch/db.sock"; }
 
 CENTRAL=$LAB_DIR/central

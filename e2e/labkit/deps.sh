@@ -16,7 +16,8 @@ PKGS=(
   # tests: DHCP clients, ping, capture
   busybox isc-dhcp-client iputils-ping tcpdump iproute2 procps psmisc util-linux
 )
-# VMs: libvirtd + QEMU (TCG) from bookworm-backports (QEMU 10.0, libvirt 11.3), not bookworm's
+# VMs: libvirtd + QEMU (TCG) from bookworm-backports (QEMU 10.0, libvirt 11.3) — what the lab
+# copies into roam's launcher image (build-images.sh; no node runs the host's) —, not bookworm's
 # QEMU 7.2 / libvirt 9.0: QEMU 7.2's TCG corrupts the guest's memory across live migrations
 # (every time with a 1 ms downtime limit; docs/benchmarks.md, "QEMU ≥ 10 under TCG").
 # libvirt 9.0 cannot drive QEMU 10, so both come from backports.

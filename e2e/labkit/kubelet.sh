@@ -248,6 +248,7 @@ kubelet_up() {
     for img in "$CACHE"/images/*.tar; do
       node_exec "$n" ctr -n k8s.io images import "$img" >/dev/null || return 1
     done
+    cp "$CACHE/images/launcher.stamp" "$d/launcher-image.stamp"
     # kubelet 1.20 probes the cloud metadata address at start-up unless told not to; the node
     # has no route out anyway.
     node_spawn "$n" "$d/logs/kubelet.log" "$d/kubelet.pid" \

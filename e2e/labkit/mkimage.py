@@ -32,7 +32,8 @@ with tarfile.open(fileobj=layer, mode="w", format=tarfile.PAX_FORMAT) as t:
     for e in sorted(os.listdir(rootfs)):
         t.add(os.path.join(rootfs, e), arcname=e, filter=owned_by_root)
 layer = layer.getvalue()
-layer_gz = gzip.compress(layer, mtime=0)
+# level 1: the launcher's layer (libvirt + QEMU) is ~200 MB; level 9 takes a minute
+layer_gz = gzip.compress(layer, compresslevel=1, mtime=0)
 config = {
     "architecture": "amd64",
     "os": "linux",

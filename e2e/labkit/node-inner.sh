@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs as the holder of a lab node's private mount namespace (already inside the node's
-# network namespace): gives the node its own /sys, /run and libvirt trees, then waits.
+# network namespace): gives the node its own /sys, /run and kubelet trees, then waits.
 # Daemons of the node are started later with `nsenter -t <holder> -m -n`.
 set -euo pipefail
 D=$1
 BIND_PATHS=$2
 HIDDEN=${3:-}
 # A sysfs for this network namespace (so /sys/class/net shows the node's links), keeping
-# the cgroup tree that kubelet and libvirt need (`ip netns exec` would drop it).
+# the cgroup tree that kubelet and the containers need (`ip netns exec` would drop it).
 tmp=$(mktemp -d)
 mount --rbind /sys/fs/cgroup "$tmp"
 mount -t sysfs sysfs /sys

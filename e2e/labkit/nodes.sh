@@ -28,9 +28,9 @@ nodes_up() {
   ip link set "$BRIDGE" up
   for n in $NODES; do
     ns=$(node_ns "$n"); d=$(node_dir "$n"); idx=$(node_index "$n")
-    # fresh state, but keep libvirt's QEMU capability cache (probing QEMU takes seconds)
+    # fresh state
     mkdir -p "$d"
-    find "$d" -mindepth 1 -maxdepth 1 ! -name fs_var_cache_libvirt -exec rm -rf {} +
+    find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf {} +
     mkdir -p "$d/logs"
     ip netns add "$ns"
     ip -n "$ns" link set lo up
@@ -38,43 +38,6 @@ nodes_up() {
     ip link set "roam-up$idx" master "$BRIDGE" up
     ip -n "$ns" addr add "$(node_ip "$n")/24" dev up0
     ip -n "$ns" link set up0 up
-    # libvirt's private tree for this node: a copy of /etc/libvirt with its own host_uuid.
-    rm -rf "$d/fs_etc_libvirt"
-    cp -a /etc/libvirt "$d/fs_etc_libvirt"
-    rm -rf "$d/fs_etc_libvirt/qemu/networks/autostart" "$d"/fs_etc_libvirt/qemu/networks/*.xml \
-      "$d"/fs_etc_libvirt/nwfilter/*.xml "$d"/fs_etc_libvirt/hooks/* 2>/dev/null || true
-    cat > "$d/fs_etc_libvirt/libvirtd.conf" <<EOF
-# roam lab $n: private libvirtd (see e2e/labkit/node-inner.sh for the bind mounts)
-host_uuid = "$(uuidgen)"
-unix_sock_dir = "/run/libvirt"
-unix_sock_group = "root"
-unix_sock_ro_perms = "0777"
-unix_sock_rw_perms = "0770"
-auth_unix_ro = "none"
-auth_unix_rw = "none"
-listen_tls = 0
-# the other node's libvirtd connects over the node network (peer-to-peer migration), as
-# between two hosts: plain TCP without authentication on the lab's private node network
-# only (TLS is #20)
-listen_tcp = 1
-listen_addr = "$(node_ip "$n")"
-auth_tcp = "none"
-log_level = 3
-log_outputs = "3:file:/var/log/libvirt/libvirtd.log"
-EOF
-    # QEMU as root without cgroups, namespaces or virtlogd: two daemons on one host must
-    # not fight over the same machine cgroup.
-    cat > "$d/fs_etc_libvirt/qemu.conf" <<'EOF'
-user = "root"
-group = "root"
-dynamic_ownership = 0
-remember_owner = 0
-security_driver = "none"
-cgroup_controllers = [ ]
-namespaces = [ ]
-stdio_handler = "file"
-migration_address = "0.0.0.0"
-EOF
     rm -f "$d/mounted"
     # what the node hides must exist before its namespace covers it
     hidden=$(node_hidden_paths "$n")
@@ -96,7 +59,7 @@ EOF
   done
 }
 
-# Kill every process left in a node's mount namespace (QEMU children of libvirtd, ...),
+# Kill every process left in a node's mount namespace (a pod's QEMU, ...),
 # found by its /proc/PID/ns/mnt, after the daemons were stopped by their pidfiles.
 node_sweep() {
   local n=$1 holder mnt p

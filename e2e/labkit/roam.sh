@@ -35,12 +35,18 @@ roam_build() {
   fi
 }
 
-# Import roam's images into the nodes whose copy is older; prints "changed" if any was.
+# Import roam's images (the controller's, and the launcher's: libvirt + QEMU + roam-shim) into
+# the nodes whose copy is older; prints "changed" if the controller's was.
 roam_import() {
-  local n d stamp changed=
+  local n d stamp lstamp changed=
   stamp=$(cat "$ROAM_IMAGES/controller.stamp")
+  lstamp=$(cat "$CACHE/images/launcher.stamp")
   for n in $NODES; do
     d=$(node_dir "$n")
+    if [ "$(cat "$d/launcher-image.stamp" 2>/dev/null)" != "$lstamp" ]; then
+      node_exec "$n" ctr -n k8s.io images import "$CACHE/images/launcher.tar" >/dev/null || return 1
+      echo "$lstamp" > "$d/launcher-image.stamp"
+    fi
     [ "$(cat "$d/roam-images.stamp" 2>/dev/null)" = "$stamp" ] && continue
     node_exec "$n" ctr -n k8s.io images import "$ROAM_IMAGES/controller.tar" >/dev/null || return 1
     echo "$stamp" > "$d/roam-images.stamp"

@@ -5,12 +5,15 @@
 # around a `virsh restore`) to see a new QEMU translate the guest's code again after it
 # resumes — the guest's warm-up that a warm QEMU does not have.
 #
-#   e2e/labkit/tcg-trace.sh node-b h8-mig_h8vm 10 > trace.txt
+# Each launcher pod runs its own libvirtd, on the node's address at the pod's libvirt port
+# (its `libvirtd` container's --listen): give the target pod's.
+#
+#   e2e/labkit/tcg-trace.sh 10.213.0.12:17242 h8-mig_h8vm 10 > trace.txt
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
-[ $# = 3 ] || die "usage: $0 NODE DOMAIN SECONDS"
-node=$1 domain=$2 seconds=$3
-uri="qemu+unix:///system?socket=$(bind_src "$node" /run)/libvirt/libvirt-sock"
+[ $# = 3 ] || die "usage: $0 NODE_IP:LIBVIRT_PORT DOMAIN SECONDS"
+listen=$1 domain=$2 seconds=$3
+uri="qemu+tcp://$listen/system"
 end=$((SECONDS + seconds))
 while [ $SECONDS -lt $end ]; do
   out=$(virsh -c "$uri" qemu-monitor-command --hmp "$domain" 'info jit' 2>/dev/null || true)

@@ -239,7 +239,7 @@ impl VmCleanup {
         for n in ["node-a", "node-b"] {
             let node = lab.node(n);
             for d in &self.domains {
-                node.destroy_domain(d);
+                node.destroy_domain(lab, d);
             }
             for t in &self.taps {
                 node.remove_port(t);

@@ -24,8 +24,6 @@ pub struct Node {
     pub ip: String,
     /// The node's local Open_vSwitch database, `unix:PATH`.
     pub ovs_db: String,
-    /// The node's libvirtd, a `qemu+unix://` URI.
-    pub libvirt: String,
 }
 
 impl Node {
@@ -40,9 +38,12 @@ impl Node {
         let _ = try_run("ip", &["-n", &self.netns, "link", "del", port]);
     }
 
-    /// Destroy libvirt domain `name` on this node. Best effort, for clean-ups.
-    pub fn destroy_domain(&self, name: &str) {
-        let _ = try_run("virsh", &["-c", &self.libvirt, "destroy", name]);
+    /// Destroy libvirt domain `name` of a component test on this node (in the node's
+    /// [`TestLibvirt`], if it runs: a launcher pod's domain goes with its pod). Best effort,
+    /// for clean-ups.
+    pub fn destroy_domain(&self, lab: &Lab, name: &str) {
+        let uri = TestLibvirt::host_uri(lab, &self.name);
+        let _ = try_run("virsh", &["-c", &uri, "destroy", name]);
     }
 }
 
@@ -131,7 +132,6 @@ impl Lab {
             netns: get("NETNS"),
             ip: get("IP"),
             ovs_db: get("OVS_DB"),
-            libvirt: get("LIBVIRT"),
         }
     }
 
@@ -153,6 +153,129 @@ impl Lab {
     pub fn node_path(&self, node: &str, path: &str) -> PathBuf {
         PathBuf::from(format!("/proc/{}/root{path}", holder_pid(self, node)))
     }
+}
+
+/// A libvirtd on a lab node for the component tests that drive libvirt or roam-shim
+/// themselves (lab_vm, lab_shim, the shim bench). No node has a libvirtd of its own — roam's
+/// launcher pods each run theirs — so this one is a pod too: the launcher image's
+/// `roam-shim libvirtd`, host network, listening for migrating peers on the node's address at
+/// libvirt's usual port, with its sockets in the node's `/run/roam-test-libvirt` (where a
+/// shim the test starts in the node finds them). Started by the first test that asks, then
+/// shared by every test of the lab, as a node's daemon would be.
+#[derive(Clone, Debug)]
+pub struct TestLibvirt {
+    /// Its unix socket as this process (on the host) reaches it.
+    pub uri: String,
+    /// Its unix socket as a process inside the node reaches it.
+    pub node_uri: String,
+    /// How another node's libvirtd reaches it (peer-to-peer migration).
+    pub peer_uri: String,
+}
+
+/// The node directory of the test libvirtd's sockets.
+const TEST_LIBVIRT_RUN: &str = "/run/roam-test-libvirt";
+/// Its namespace.
+const TEST_LIBVIRT_NS: &str = "roam-test-libvirt";
+
+impl TestLibvirt {
+    /// The host's view of the test libvirtd's socket on `node` (whether it runs or not).
+    fn host_uri(lab: &Lab, node: &str) -> String {
+        let sock = lab.node_path(node, &format!("{TEST_LIBVIRT_RUN}/libvirt-sock"));
+        format!("qemu+unix:///system?socket={}", sock.display())
+    }
+}
+
+impl Lab {
+    /// The test libvirtd on `node`, started now if it does not run (see [`TestLibvirt`]).
+    pub fn test_libvirt(&self, node: &str) -> TestLibvirt {
+        let n = self.node(node);
+        let uri = TestLibvirt::host_uri(self, node);
+        let answers = || try_run("virsh", &["-c", &uri, "version"]).is_ok();
+        if !answers() {
+            let guest_dir = std::path::Path::new(self.var("ROAM_GUEST_KERNEL"))
+                .parent()
+                .expect("the guest's directory")
+                .display()
+                .to_string();
+            let lab_dir = self.dir().display().to_string();
+            let pod = format!("libvirtd-{node}");
+            let host = |name: &str, path: &str| serde_json::json!({"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}});
+            let manifest = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+                {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": TEST_LIBVIRT_NS, "labels": {TEST_LABEL: "true"}}},
+                {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": pod, "namespace": TEST_LIBVIRT_NS},
+                 "spec": {
+                    "nodeName": node,
+                    "hostNetwork": true,
+                    // pause reaps QEMU (see roam's launcher pods)
+                    "shareProcessNamespace": true,
+                    "automountServiceAccountToken": false,
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [{
+                        "name": "libvirtd",
+                        "image": self.var("ROAM_LAUNCHER_IMAGE"),
+                        "imagePullPolicy": "Never",
+                        "args": ["libvirtd", "--listen", format!("{}:16509", n.ip)],
+                        "securityContext": {"privileged": true},
+                        "volumeMounts": [
+                            {"name": "run", "mountPath": "/run/libvirt"},
+                            // the tests' serial logs and token files, and the guest
+                            {"name": "lab", "mountPath": lab_dir},
+                            {"name": "guest", "mountPath": guest_dir, "readOnly": true},
+                        ],
+                    }],
+                    "volumes": [host("run", TEST_LIBVIRT_RUN), host("lab", &lab_dir), host("guest", &guest_dir)],
+                 }},
+            ]});
+            kubectl_manifest(self, "apply", &manifest)
+                .unwrap_or_else(|e| panic!("start the test libvirtd on {node}: {e}"));
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+            while !answers() {
+                if std::time::Instant::now() > deadline {
+                    let ns = ["-n", TEST_LIBVIRT_NS];
+                    panic!(
+                        "the test libvirtd on {node} does not answer at {uri} after 180 s:\n{}\n{}",
+                        try_kubectl(self, &[ns[0], ns[1], "describe", "pod", &pod])
+                            .unwrap_or_else(|e| e),
+                        try_kubectl(self, &[ns[0], ns[1], "logs", &pod, "--tail=30"])
+                            .unwrap_or_else(|e| e),
+                    );
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        }
+        TestLibvirt {
+            uri,
+            node_uri: format!("qemu+unix:///system?socket={TEST_LIBVIRT_RUN}/libvirt-sock"),
+            peer_uri: format!("qemu+tcp://{}/system", n.ip),
+        }
+    }
+}
+
+/// The libvirtd of VM `vm`'s launcher pod on `node` (namespace `ns`), as a
+/// `qemu+tcp://NODE_IP:PORT/system` URI — its `libvirtd` container's `--listen` — or `None`
+/// when the VM has no live launcher pod there. Each launcher pod runs its own libvirtd.
+pub fn launcher_libvirt(lab: &Lab, ns: &str, vm: &str, node: &str) -> Option<String> {
+    let label = format!("{}={vm}", roam_contract::keys::VM_LABEL);
+    let out = try_kubectl(lab, &["-n", ns, "get", "pods", "-l", &label, "-o", "json"]).ok()?;
+    let pods: serde_json::Value = serde_json::from_str(&out).ok()?;
+    pods["items"].as_array()?.iter().find_map(|p| {
+        if p["spec"]["nodeName"] != node || !p["metadata"]["deletionTimestamp"].is_null() {
+            return None;
+        }
+        let c = p["spec"]["containers"]
+            .as_array()?
+            .iter()
+            .find(|c| c["name"] == "libvirtd")?;
+        let args: Vec<&str> = c["args"]
+            .as_array()?
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        let i = args.iter().position(|a| *a == "--listen")?;
+        Some(format!("qemu+tcp://{}/system", args.get(i + 1)?))
+    })
 }
 
 /// What the lab guest's init (`e2e/guest/initramfs/init`) prints on the serial console at

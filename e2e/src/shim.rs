@@ -83,6 +83,7 @@ impl ShimProcess {
     /// The launch arguments for `vm` on `node`, serving on `port`, in `mode`.
     pub fn launch_args(lab: &Lab, vm: &ShimVm, node: &str, port: u16, mode: Mode) -> LaunchArgs {
         let n = lab.node(node);
+        let libvirt = lab.test_libvirt(node);
         let (kernel, initrd) = lab.guest();
         let ip: IpAddr = n.ip.parse().expect("the node's IP");
         LaunchArgs {
@@ -101,13 +102,13 @@ impl ShimProcess {
             }],
             serial_log: vm.serial_log(),
             node: node.into(),
-            // the node's own paths, as in a launcher pod with hostPath /run/libvirt and
-            // /run/openvswitch
-            libvirt_uri: launch::NODE_LIBVIRT_URI.into(),
+            // the node's test libvirtd (a pod of the launcher image), and the node's OVS as
+            // a launcher pod with hostPath /run/openvswitch reaches it
+            libvirt_uri: libvirt.node_uri,
             ovs_db: OvsDb::node(),
             // how the other node's libvirtd reaches this one (peer-to-peer migration): over
             // the node network, as between two hosts
-            peer_libvirt_uri: format!("qemu+tcp://{}/system", n.ip),
+            peer_libvirt_uri: libvirt.peer_uri,
             migration_uri: MigrationUri::tcp(n.ip.clone()).expect("the node's IP"),
             bridge: launch::DEFAULT_BRIDGE.into(),
             listen: SocketAddr::new(ip, port),

@@ -273,15 +273,9 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
         "no reset yet: {}",
         vm(&lab, &H8)["status"]
     );
-    roam_e2e::run(
-        "virsh",
-        &[
-            "-c",
-            &lab.node("node-a").libvirt,
-            "reset",
-            &format!("{NS}_{VM}"),
-        ],
-    );
+    // the VM's launcher pod's own libvirtd
+    let uri = roam_e2e::launcher_libvirt(&lab, NS, VM, "node-a").expect("the VM's pod on node-a");
+    roam_e2e::run("virsh", &["-c", &uri, "reset", &format!("{NS}_{VM}")]);
     let r = wait_until(LONG, "the reset in the VM's status", || {
         let r = vm(&lab, &H8)["status"]["guestResets"].clone();
         (!r.is_null()).then_some(r)

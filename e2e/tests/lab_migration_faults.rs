@@ -202,12 +202,11 @@ fn domain(n: &Names) -> String {
 
 /// The state of the VM's libvirt domain on `node` ("running", "paused", …), None if absent.
 fn domstate(lab: &Lab, node: &str) -> Option<String> {
-    try_run(
-        "virsh",
-        &["-c", &lab.node(node).libvirt, "domstate", &domain(&F8)],
-    )
-    .ok()
-    .map(|s| s.trim().to_string())
+    // each launcher pod runs its own libvirtd: the VM's pod on the node, if any
+    let uri = roam_e2e::launcher_libvirt(lab, F8.ns, F8.vm, node)?;
+    try_run("virsh", &["-c", &uri, "domstate", &domain(&F8)])
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// The pids of the roam-shim processes of the VM on `node`.

@@ -96,7 +96,7 @@ fn rt() -> tokio::runtime::Runtime {
 /// The domain's state on `node`, as libvirt there sees it (not through the shim).
 fn libvirt_state(lab: &Lab, node: &str) -> Option<(u32, bool)> {
     virt::error::clear_error_callback();
-    let conn = Connect::open(Some(&lab.node(node).libvirt)).expect("connect to libvirtd");
+    let conn = Connect::open(Some(&lab.test_libvirt(node).uri)).expect("connect to libvirtd");
     let dom = conn.lookup_domain_by_name(VM).ok()?;
     Some((dom.id().unwrap_or(0), dom.is_active().unwrap_or(false)))
 }
@@ -722,7 +722,7 @@ fn a_bad_spec_is_a_clear_error_and_creates_nothing() {
 
 fn libvirt_state_named(lab: &Lab, name: &str) -> Option<bool> {
     virt::error::clear_error_callback();
-    let conn = Connect::open(Some(&lab.node("node-a").libvirt)).expect("connect");
+    let conn = Connect::open(Some(&lab.test_libvirt("node-a").uri)).expect("connect");
     conn.lookup_domain_by_name(name)
         .ok()
         .map(|d| d.is_active().unwrap_or(false))

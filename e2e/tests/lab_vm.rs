@@ -226,8 +226,10 @@ fn guest_boots_gets_its_lease_from_ovn_answers_ping_and_live_migrates() {
         .display()
         .to_string();
     let _ = std::fs::remove_file(&serial);
-    let conn_a = Connect::open(Some(&a.libvirt)).expect("connect to node-a's libvirtd");
-    let conn_b = Connect::open(Some(&b.libvirt)).expect("connect to node-b's libvirtd");
+    let conn_a =
+        Connect::open(Some(&lab.test_libvirt(&a.name).uri)).expect("connect to node-a's libvirtd");
+    let conn_b =
+        Connect::open(Some(&lab.test_libvirt(&b.name).uri)).expect("connect to node-b's libvirtd");
     let t0 = Instant::now();
     let dom = conn_a
         .create_domain_xml(&domain_xml(&lab, &serial), 0)

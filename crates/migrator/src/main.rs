@@ -11,7 +11,7 @@
 //!                 [--event-namespace NS (Events about Networks and pod-less Addresses; default)]
 //!                 [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS]
 //!                 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI]
-//!                 [--peer-libvirt-uri TEMPLATE({node},{ip})] [--vm-log-dir DIR]
+//!                 [--peer-libvirt-uri TEMPLATE({node},{ip},{port})] [--vm-log-dir DIR]
 //!                 [--launcher-priority-class NAME]
 //! ```
 //!
@@ -54,7 +54,7 @@ const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] 
 [--leader-elect true|false] [--lease-namespace NS] [--lease-name NAME] [--identity ID] \
 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--namespace-selector LABELS] [--event-namespace NS] [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS] \
 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI] \
-[--peer-libvirt-uri TEMPLATE({node},{ip})] [--vm-log-dir DIR] [--launcher-priority-class NAME] | --version";
+[--peer-libvirt-uri TEMPLATE({node},{ip},{port})] [--vm-log-dir DIR] [--launcher-priority-class NAME] | --version";
 
 fn env(flag: &str) -> Option<String> {
     std::env::var(format!("ROAM_{}", flag.replace('-', "_").to_uppercase()))
@@ -162,11 +162,26 @@ fn parse() -> anyhow::Result<Flags> {
                 .split_once('-')
                 .and_then(|(a, b)| Some((a.parse::<u16>().ok()?, b.parse::<u16>().ok()?)))
                 .filter(|(a, b)| *a > 0 && a <= b);
-            parsed
-                .with_context(|| format!("--shim-ports {v:?}: expected LO-HI, e.g. 17100-17199"))?
+            let r = parsed
+                .with_context(|| format!("--shim-ports {v:?}: expected LO-HI, e.g. 17100-17199"))?;
+            // the launchers' libvirtds take the block after
+            anyhow::ensure!(
+                roam_migrator::core::launcher::libvirt_port(r, r.1).is_some(),
+                "--shim-ports {v}: the launchers' libvirt ports (the next {} ports) pass 65535; lower the range",
+                r.1 - r.0 + 1
+            );
+            r
         },
-        peer_libvirt_uri: get("peer-libvirt-uri")
-            .unwrap_or_else(|| "qemu+tcp://{ip}/system".into()),
+        peer_libvirt_uri: {
+            let v =
+                get("peer-libvirt-uri").unwrap_or_else(|| "qemu+tcp://{ip}:{port}/system".into());
+            // each launcher's libvirtd listens on a port of its own
+            anyhow::ensure!(
+                v.contains("{port}"),
+                "--peer-libvirt-uri {v:?}: put {{port}} where the target launcher's libvirt port goes, e.g. qemu+tcp://{{ip}}:{{port}}/system"
+            );
+            v
+        },
         vm_log_dir: get("vm-log-dir").unwrap_or_else(|| "/var/log/roam/vms".into()),
         launcher_priority_class: get("launcher-priority-class"),
     })

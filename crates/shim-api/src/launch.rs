@@ -129,7 +129,8 @@ pub mod flag {
 pub const DEFAULT_BRIDGE: &str = "br-int";
 /// The disk format when `--disk-format` is not given.
 pub const DEFAULT_DISK_FORMAT: &str = "qcow2";
-/// The node's libvirtd as a shim in a launcher pod (hostPath `/run/libvirt`) reaches it.
+/// The launcher pod's own libvirtd as its shim reaches it (the pod's `/run/libvirt`, an
+/// emptyDir both containers mount).
 pub const NODE_LIBVIRT_URI: &str = "qemu:///system";
 /// The node's Open_vSwitch database socket as a shim in a launcher pod (hostPath
 /// `/run/openvswitch`) reaches it.

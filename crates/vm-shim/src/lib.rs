@@ -10,7 +10,8 @@
 //! - [`config`]: the launch arguments (and config file) turned into a checked configuration
 //!   before anything is touched;
 //! - [`events`]: libvirt's lifecycle event codes and job stats in the API's words;
-//! - [`auth`]: the `Authorization: Bearer` header.
+//! - [`auth`]: the `Authorization: Bearer` header;
+//! - [`libvirtd`]: the launcher pod's own libvirtd (its configuration and command line).
 //!
 //! I/O adapters:
 //! - [`shim`]: the runtime (libvirt connection, boot / re-attach, migration jobs, event log);
@@ -26,6 +27,7 @@ pub mod config;
 pub mod domain;
 mod error;
 pub mod events;
+pub mod libvirtd;
 pub mod net;
 pub mod openflow;
 pub mod server;

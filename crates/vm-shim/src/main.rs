@@ -6,13 +6,15 @@
 //! checked by the library's `config` module). SIGTERM or SIGINT: graceful shutdown; the domain keeps running.
 
 use anyhow::Context;
-use roam_vm_shim::{config, server, shim::Shim};
+use roam_vm_shim::{config, libvirtd, server, shim::Shim};
 use tokio::signal::unix::{SignalKind, signal};
 
 const HELP: &str = "\
 roam-shim: owns one libvirt domain and serves its migration API
 
   roam-shim [--config FILE] [--KEY VALUE ...]
+  roam-shim libvirtd --listen IP:PORT [--libvirtd PATH] [--run-dir DIR]
+                                   the launcher pod's own libvirtd (its other container)
 
 keys (JSON file or flags; a flag overrides the file):
   name vcpus memory-mib kernel initrd cmdline | disk disk-format   the VM
@@ -50,11 +52,29 @@ fn real_main() -> anyhow::Result<()> {
             print!("{HELP}");
             return Ok(());
         }
+        Some("libvirtd") => return exec_libvirtd(&args[1..]),
         _ => {}
     }
     // everything is checked before anything is touched
     let cfg = config::load(&args)?;
     tokio::runtime::Runtime::new()?.block_on(run(cfg))
+}
+
+/// `roam-shim libvirtd`: write the pod's libvirtd configuration, then become libvirtd.
+fn exec_libvirtd(args: &[String]) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let a = libvirtd::parse(args).map_err(anyhow::Error::msg)?;
+    std::fs::create_dir_all(&a.run_dir)
+        .with_context(|| format!("create {}", a.run_dir.display()))?;
+    let uuid = libvirtd::new_host_uuid().context("a host UUID for libvirtd")?;
+    let file = a.run_dir.join("roam-libvirtd.conf");
+    std::fs::write(&file, libvirtd::config(a.listen, &uuid, &a.run_dir))
+        .with_context(|| format!("write {}", file.display()))?;
+    tracing::info!(listen = %a.listen, host_uuid = %uuid, "starting libvirtd");
+    let err = std::process::Command::new(&a.libvirtd)
+        .args(libvirtd::command_line(&a, &file))
+        .exec();
+    Err(anyhow::Error::new(err).context(format!("exec {}", a.libvirtd.display())))
 }
 
 async fn run(cfg: config::ShimConfig) -> anyhow::Result<()> {

@@ -98,6 +98,10 @@ pub fn state_after(kind: Lifecycle, before: DomainState) -> DomainState {
     }
 }
 
+/// How long the shim waits at start for libvirtd to answer (the pod's own daemon starts
+/// beside it; its first start probes QEMU's capabilities).
+pub const LIBVIRT_START_WAIT: Duration = Duration::from_secs(120);
+
 /// One reboot can be several reset events: the firmware (SeaBIOS) resets the machine once
 /// more as it starts after a reset, and libvirt reports both, tens of ms apart. A guest cannot
 /// boot and reset again this fast.
@@ -224,11 +228,32 @@ impl Shim {
         })?;
         let uri = cfg.libvirt_uri.clone();
         let (conn, events_conn) = blocking(move || -> Result<(Connect, Connect)> {
-            let open = |what| {
-                Connect::open(Some(&uri))
-                    .map_err(|e| Error::libvirt(format!("connect to {uri} ({what})"), e))
+            // the pod's libvirtd starts beside the shim (its other container) and may not
+            // listen yet: wait for it, within a bound
+            let deadline = std::time::Instant::now() + LIBVIRT_START_WAIT;
+            let mut said = false;
+            let open = |what, said: &mut bool| loop {
+                match Connect::open(Some(&uri)) {
+                    Ok(c) => return Ok(c),
+                    Err(e) if std::time::Instant::now() < deadline => {
+                        if !*said {
+                            tracing::info!(%uri, error = %e.message(), "waiting for libvirtd");
+                            *said = true;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    Err(e) => {
+                        return Err(Error::libvirt(
+                            format!(
+                                "connect to {uri} ({what}; libvirtd did not answer within {}s: see the pod's libvirtd container log)",
+                                LIBVIRT_START_WAIT.as_secs()
+                            ),
+                            e,
+                        ));
+                    }
+                }
             };
-            Ok((open("commands")?, open("events")?))
+            Ok((open("commands", &mut said)?, open("events", &mut said)?))
         })
         .await?;
         // detect a dead libvirtd on the events connection (needs the event loop)

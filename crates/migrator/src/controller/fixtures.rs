@@ -463,7 +463,7 @@ pub(super) fn config() -> Config {
         vm: crate::core::launcher::VmConfig {
             launcher_image: "roam-shim:test".into(),
             shim_ports: (17100, 17199),
-            peer_libvirt_uri: "qemu+tcp://{ip}/system".into(),
+            peer_libvirt_uri: "qemu+tcp://{ip}:{port}/system".into(),
             vm_log_dir: "/var/log/roam".into(),
             priority_class: None,
         },

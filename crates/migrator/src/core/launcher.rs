@@ -1,6 +1,14 @@
-//! A VM's launcher pod, pure: the host-network pod pinned to a node that runs roam-shim with
-//! everything it needs on its command line (so the shim never waits for an annotation), and
-//! the names a VM's pods, domain and shim go by.
+//! A VM's launcher pod, pure: the host-network pod pinned to a node that runs the VM's own
+//! libvirtd + QEMU (container `libvirtd`, `roam-shim libvirtd`) and roam-shim with everything
+//! it needs on its command line (container `shim`, so the shim never waits for an
+//! annotation), and the names a VM's pods, domain and shim go by.
+//!
+//! libvirt and QEMU come in the launcher image, never from the node: the pod's cgroup holds
+//! QEMU (its memory request counts the guest's), and the two containers share the pod's
+//! `/run/libvirt` (an emptyDir). The pod shares one process namespace, so the pause process
+//! reaps QEMU once libvirt lets it go (libvirtd as a container's PID 1 would leave zombies it
+//! then waits for). A shim that crashes is restarted alone; its VM runs on in the `libvirtd`
+//! container.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -29,9 +37,12 @@ const STATE_DIR: &str = "/var/lib/roam-shim";
 pub struct VmConfig {
     /// The launcher image (roam-shim).
     pub launcher_image: String,
-    /// The ports the shims' APIs may use (host network).
+    /// The ports the shims' APIs may use (host network). A launcher whose shim has port
+    /// `P` listens for migrating libvirtds on `P + N` (N: the range's width, see
+    /// [`libvirt_port`]).
     pub shim_ports: (u16, u16),
-    /// How one node's libvirtd reaches another's, `{node}` and `{ip}` replaced.
+    /// How a source libvirtd reaches a target launcher's: `{node}`, `{ip}` and `{port}` (the
+    /// launcher's libvirt port) replaced.
     pub peer_libvirt_uri: String,
     /// The host directory for the guests' serial logs (hostPath in the launcher pods).
     pub vm_log_dir: String,
@@ -63,6 +74,13 @@ pub fn vm_key(vm: &VirtualMachine) -> String {
 /// The libvirt domain name of a VM (the same on every node).
 pub fn domain_name(ns: &str, vm: &str) -> String {
     format!("{ns}_{vm}")
+}
+
+/// The libvirt port of the launcher whose shim has `shim_port` (pure): the same offset in
+/// the block after the shim ports, so the two ranges never overlap.
+pub fn libvirt_port(shim_ports: (u16, u16), shim_port: u16) -> Option<u16> {
+    let width = shim_ports.1.checked_sub(shim_ports.0)?.checked_add(1)?;
+    shim_port.checked_add(width)
 }
 
 /// The shim's URL on a node.
@@ -158,10 +176,17 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
             l.node, l.node_ip
         ))
     })?;
+    let libvirt_port = libvirt_port(cfg.shim_ports, l.port).ok_or_else(|| {
+        invalid(format!(
+            "shim port {} has no libvirt port after the range {}-{}: lower --shim-ports",
+            l.port, cfg.shim_ports.0, cfg.shim_ports.1
+        ))
+    })?;
     let peer = cfg
         .peer_libvirt_uri
         .replace("{node}", l.node)
-        .replace("{ip}", l.node_ip);
+        .replace("{ip}", l.node_ip)
+        .replace("{port}", &libvirt_port.to_string());
     let args = LaunchArgs {
         name: domain_name(&ns, &name),
         vcpus: vm.spec.cpu,
@@ -184,25 +209,36 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
     }
     .to_args();
     let mut volumes = vec![
-        json!({"name": "libvirt", "hostPath": {"path": "/run/libvirt", "type": "Directory"}}),
+        // the pod's own libvirtd's sockets and configuration (roam-shim libvirtd)
+        json!({"name": "libvirt", "emptyDir": {}}),
         json!({"name": "openvswitch", "hostPath": {"path": "/run/openvswitch", "type": "Directory"}}),
         json!({"name": "logs", "hostPath": {"path": cfg.vm_log_dir, "type": "DirectoryOrCreate"}}),
         json!({"name": "state", "emptyDir": {}}),
     ];
-    let mut mounts = vec![
+    // what QEMU opens (the serial log, the boot files) is in both containers: the shim
+    // checks the files before it asks libvirt for the domain
+    let mut vm_mounts = vec![
         json!({"name": "libvirt", "mountPath": "/run/libvirt"}),
-        // libvirt's client looks under /var/run (its LOCALSTATEDIR), not a symlink in every image
-        json!({"name": "libvirt", "mountPath": "/var/run/libvirt"}),
-        json!({"name": "openvswitch", "mountPath": "/run/openvswitch"}),
         json!({"name": "logs", "mountPath": cfg.vm_log_dir}),
-        json!({"name": "state", "mountPath": STATE_DIR}),
     ];
     for (i, d) in host_dirs.iter().enumerate() {
         volumes.push(
             json!({"name": format!("boot{i}"), "hostPath": {"path": d, "type": "Directory"}}),
         );
-        mounts.push(json!({"name": format!("boot{i}"), "mountPath": d, "readOnly": true}));
+        vm_mounts.push(json!({"name": format!("boot{i}"), "mountPath": d, "readOnly": true}));
     }
+    let mut shim_mounts = vm_mounts.clone();
+    shim_mounts.extend([
+        // libvirt's client looks under /var/run (its LOCALSTATEDIR), not a symlink in every image
+        json!({"name": "libvirt", "mountPath": "/var/run/libvirt"}),
+        json!({"name": "openvswitch", "mountPath": "/run/openvswitch"}),
+        json!({"name": "state", "mountPath": STATE_DIR}),
+    ]);
+    let libvirtd_args = vec![
+        "libvirtd".to_string(),
+        "--listen".into(),
+        SocketAddr::new(ip, libvirt_port).to_string(),
+    ];
     let mut annotations = BTreeMap::new();
     if let Some(m) = l.migration {
         annotations.insert(MIGRATION_ANNOTATION.to_string(), m.to_string());
@@ -230,18 +266,28 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
             "automountServiceAccountToken": false,
             "restartPolicy": "Always",
             "terminationGracePeriodSeconds": 30,
+            // the pause process is PID 1 and reaps QEMU's processes (libvirt daemonizes them)
+            "shareProcessNamespace": true,
             "containers": [{
-                "name": "shim",
+                "name": "libvirtd",
                 "image": cfg.launcher_image,
                 "imagePullPolicy": "IfNotPresent",
-                "args": args,
+                "args": libvirtd_args,
                 // what the scheduler and the kubelet count against the node: the guest's
-                // memory and QEMU's and the shim's own (roam's placement does the same sum)
+                // memory and QEMU's and the shim's own (roam's placement does the same sum);
+                // QEMU runs in this container
                 "resources": {"requests": {
                     "memory": format!("{}Mi", crate::core::placement::Need::vm(vm.spec.memory_mib).memory_mib),
                 }},
                 "securityContext": {"privileged": true},
-                "volumeMounts": mounts,
+                "volumeMounts": vm_mounts,
+            }, {
+                "name": "shim",
+                "image": cfg.launcher_image,
+                "imagePullPolicy": "IfNotPresent",
+                "args": args,
+                "securityContext": {"privileged": true},
+                "volumeMounts": shim_mounts,
             }],
             "volumes": volumes,
         }
@@ -281,10 +327,23 @@ mod tests {
         VmConfig {
             launcher_image: "img".into(),
             shim_ports: (17100, 17199),
-            peer_libvirt_uri: "qemu+tcp://{ip}/system".into(),
+            peer_libvirt_uri: "qemu+tcp://{ip}:{port}/system".into(),
             vm_log_dir: "/var/log/roam".into(),
             priority_class: None,
         }
+    }
+
+    fn shim(spec: &k8s_openapi::api::core::v1::PodSpec) -> &k8s_openapi::api::core::v1::Container {
+        spec.containers.iter().find(|c| c.name == "shim").unwrap()
+    }
+
+    #[test]
+    fn the_libvirt_port_is_the_shim_port_in_the_next_block() {
+        assert_eq!(libvirt_port((17100, 17199), 17100), Some(17200));
+        assert_eq!(libvirt_port((17100, 17199), 17199), Some(17299));
+        assert_eq!(libvirt_port((1, 1), 1), Some(2));
+        assert_eq!(libvirt_port((60000, 65535), 65535), None);
+        assert_eq!(libvirt_port((5, 4), 5), None);
     }
 
     fn nic(i: usize, port: &str) -> VmNic {
@@ -321,7 +380,7 @@ mod tests {
             token: "t0ken",
         };
         let p = launcher_pod(&cfg(), &vm(), &l).unwrap();
-        let args = p.spec.unwrap().containers[0].args.clone().unwrap();
+        let args = shim(&p.spec.unwrap()).args.clone().unwrap();
         assert!(!args.contains(&"--mac".to_string()), "{args:?}");
         let i = args.iter().position(|a| a == "--nics").unwrap();
         assert_eq!(
@@ -360,13 +419,18 @@ mod tests {
         assert_eq!(spec.node_name.as_deref(), Some("node-a"));
         assert_eq!(spec.host_network, Some(true));
         assert_eq!(spec.automount_service_account_token, Some(false));
-        // the guest's 256 MiB and the launcher's overhead, counted against the node
-        let requests = spec.containers[0]
-            .resources
-            .clone()
-            .unwrap()
-            .requests
-            .unwrap();
+        assert_eq!(spec.share_process_namespace, Some(true), "pause reaps QEMU");
+        // the guest's 256 MiB and the launcher's overhead, counted against the node, on the
+        // container QEMU runs in
+        let libvirtd = &spec.containers[0];
+        assert_eq!(libvirtd.name, "libvirtd");
+        assert_eq!(
+            libvirtd.args.clone().unwrap(),
+            ["libvirtd", "--listen", "10.0.0.1:17200"],
+            "the libvirt port is the shim's in the next block"
+        );
+        assert!(shim(&spec).resources.is_none());
+        let requests = libvirtd.resources.clone().unwrap().requests.unwrap();
         assert_eq!(
             requests["memory"].0,
             format!("{}Mi", 256 + crate::core::placement::LAUNCHER_OVERHEAD_MIB)
@@ -379,7 +443,21 @@ mod tests {
                 v.name
             );
         }
-        let args = spec.containers[0].args.clone().unwrap();
+        // the pod's own libvirtd: nothing of the node's
+        for c in &spec.containers {
+            for m in c.volume_mounts.iter().flatten() {
+                let v = spec
+                    .volumes
+                    .iter()
+                    .flatten()
+                    .find(|v| v.name == m.name)
+                    .unwrap();
+                if m.mount_path.contains("libvirt") {
+                    assert!(v.empty_dir.is_some(), "{} {m:?} is {v:?}", c.name);
+                }
+            }
+        }
+        let args = shim(&spec).args.clone().unwrap();
         assert!(!args.contains(&"--token-file".to_string()), "{args:?}");
         assert!(
             !args.iter().any(|a| a.contains("t0ken")),
@@ -392,7 +470,7 @@ mod tests {
         assert_eq!(get("mac"), "0a:58:64:40:00:05");
         assert_eq!(get("ovn-port"), "a.node-a");
         assert_eq!(get("listen"), "10.0.0.1:17100");
-        assert_eq!(get("peer-libvirt-uri"), "qemu+tcp://10.0.0.1/system");
+        assert_eq!(get("peer-libvirt-uri"), "qemu+tcp://10.0.0.1:17200/system");
         assert_eq!(get("name"), "ns_demo");
         assert_eq!(get("mode"), "boot");
         assert_eq!(get("token-sha256"), TokenDigest::of("t0ken").to_string());
