@@ -643,12 +643,11 @@ fn the_shim_boots_guards_restarts_aborts_and_live_migrates_its_vm() {
     let mut a = ShimProcess::start(&lab, &vm, "node-a", PORT_A, Mode::Boot);
     wait_healthy(&rt, &mut a, &ca);
     let seq = events(&rt, &ca).last().map(|e| e.seq).unwrap_or(0);
-    let pidfile = lab
-        .dir()
-        .join("node-a/fs_run/libvirt/qemu")
-        .join(format!("{VM}.pid"));
-    let qemu = std::fs::read_to_string(&pidfile).expect("QEMU's pid file");
-    try_run("kill", &["-9", qemu.trim()]).expect("kill QEMU");
+    // QEMU runs in the test libvirtd's pod (its pid file holds the pod's pid): found by its
+    // `-name guest=<domain>` among the host's processes
+    let qemu = qemu_pids(VM);
+    assert_eq!(qemu.len(), 1, "one QEMU of {VM}: {qemu:?}");
+    try_run("kill", &["-9", &qemu[0]]).expect("kill QEMU");
     let died = wait_until(
         Duration::from_secs(30),
         "the shim to report QEMU's death",
@@ -726,4 +725,19 @@ fn libvirt_state_named(lab: &Lab, name: &str) -> Option<bool> {
     conn.lookup_domain_by_name(name)
         .ok()
         .map(|d| d.is_active().unwrap_or(false))
+}
+
+/// The host pids of the QEMU processes running domain `name`.
+fn qemu_pids(name: &str) -> Vec<String> {
+    let marker = format!("guest={name},");
+    std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .flatten()
+        .filter(|e| {
+            let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            comm.starts_with("qemu-system") && String::from_utf8_lossy(&cmd).contains(&marker)
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
 }
