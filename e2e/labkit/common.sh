@@ -9,14 +9,28 @@ CACHE=${ROAM_CACHE:-/var/cache/roam}
 KUBE_BIN=$CACHE/kube/bin
 GUEST_DIR=$CACHE/guest
 
-NODES="node-a node-b"
+# Two nodes by default; ROAM_LAB_NODES=3 adds node-c, for tests that need a choice of target
+# (placement among several nodes). Up to 4 (node-a … node-d).
+# A running lab remembers its count ($LAB_DIR/node-count), so that `e2e/lab down`, `status`
+# and `env` without the variable see every node.
+ROAM_LAB_NODES=${ROAM_LAB_NODES:-$(cat "$LAB_DIR/node-count" 2>/dev/null || echo 2)}
+nodes_of_count() {
+  case $1 in
+    2) echo "node-a node-b" ;;
+    3) echo "node-a node-b node-c" ;;
+    4) echo "node-a node-b node-c node-d" ;;
+    *) return 1 ;;
+  esac
+}
+NODES=$(nodes_of_count "$ROAM_LAB_NODES") || { echo "ROAM_LAB_NODES=${ROAM_LAB_NODES}: give 2, 3 or 4" >&2; exit 1; }
 # Lab underlay: a bridge in the root namespace that reaches each node's namespace through a
 # veth. It carries the API traffic and the launchers' migration streams. Nodes have no default
 # route, so nothing can leave the machine.
 BRIDGE=roam-br0
 BRIDGE_IP=10.213.0.1
-# Geneve between the chassis runs on its own veth pair, on each chassis' br-phy
-# (the userspace datapath needs the tunnel endpoint on an OVS bridge).
+GNV_BRIDGE=roam-gnvbr
+# Geneve between the chassis runs on a bridge of its own (GNV_BRIDGE), one veth to each
+# chassis' br-phy (the userspace datapath needs the tunnel endpoint on an OVS bridge).
 # Its MTU is a data centre's, 1500: an overlay's full-size packet (1400, roam's default) plus
 # geneve must fit, as between real hosts.
 UNDERLAY_MTU=${ROAM_LAB_UNDERLAY_MTU:-1500}
@@ -42,7 +56,7 @@ node_hidden_paths() {
   echo "$out"
 }
 
-node_index() { case $1 in node-a) echo 11 ;; node-b) echo 12 ;; *) echo "unknown node $1" >&2; return 1 ;; esac; }
+node_index() { case $1 in node-a) echo 11 ;; node-b) echo 12 ;; node-c) echo 13 ;; node-d) echo 14 ;; *) echo "unknown node $1" >&2; return 1 ;; esac; }
 node_ns() { echo "roam-$1"; }
 node_dir() { echo "$LAB_DIR/$1"; }
 node_ip() { echo "10.213.0.$(node_index "$1")"; }

@@ -22,6 +22,7 @@ remove_mount_points() {
 
 nodes_up() {
   local n ns d idx hidden h
+  mkdir -p "$LAB_DIR" && echo "$ROAM_LAB_NODES" > "$LAB_DIR/node-count"
   make_mount_points
   ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
   ip addr replace "$BRIDGE_IP/24" dev "$BRIDGE"
@@ -46,14 +47,15 @@ nodes_up() {
       bash "$LABKIT/node-inner.sh" "$d" "$NODE_BIND_PATHS" "$hidden" >"$d/logs/holder.log" 2>&1 9>&- &
     echo $! > "$d/holder.pid"
   done
-  # geneve underlay between the two chassis
-  ip link add roam-gnv-a type veth peer name roam-gnv-b
-  ip link set roam-gnv-a netns "$(node_ns node-a)"
-  ip link set roam-gnv-b netns "$(node_ns node-b)"
+  # geneve underlay between the chassis: a bridge with a veth to each node, at a data
+  # centre's MTU: the overlay's 1400 plus geneve must fit (ROAM_LAB_UNDERLAY_MTU)
+  ip link show "$GNV_BRIDGE" >/dev/null 2>&1 || ip link add "$GNV_BRIDGE" mtu "$UNDERLAY_MTU" type bridge
+  ip link set "$GNV_BRIDGE" mtu "$UNDERLAY_MTU" up
   for n in $NODES; do
-    ns=$(node_ns "$n")
-    # a data centre's MTU: the overlay's 1400 plus geneve must fit (ROAM_LAB_UNDERLAY_MTU)
-    ip -n "$ns" link set "roam-gnv-${n#node-}" name gnv0 mtu "$UNDERLAY_MTU" up
+    ns=$(node_ns "$n"); idx=$(node_index "$n")
+    ip link add "roam-gnv$idx" mtu "$UNDERLAY_MTU" type veth peer name gnv0 netns "$ns"
+    ip link set "roam-gnv$idx" master "$GNV_BRIDGE" up
+    ip -n "$ns" link set gnv0 mtu "$UNDERLAY_MTU" up
     wait_for 10 "node $n mount namespace" "$(node_dir "$n")/logs/holder.log" test -f "$(node_dir "$n")/mounted" \
       || return 1
   done
@@ -82,14 +84,20 @@ nodes_down() {
     ns=$(node_ns "$n"); idx=$(node_index "$n")
     ip netns del "$ns" 2>/dev/null || true
     ip link del "roam-up$idx" 2>/dev/null || true
+    ip link del "roam-gnv$idx" 2>/dev/null || true
   done
-  ip link del roam-gnv-a 2>/dev/null || true
+  ip link del "$GNV_BRIDGE" 2>/dev/null || true
+  rm -f "$LAB_DIR/node-count"
   ip link del "$BRIDGE" 2>/dev/null || true
   remove_mount_points
 }
 
 nodes_status() {
-  local n ok=0
+  local n ok=0 running
+  running=$(cat "$LAB_DIR/node-count" 2>/dev/null || echo none)
+  if [ "$running" != "$ROAM_LAB_NODES" ]; then
+    echo "nodes: the lab runs $running nodes, ROAM_LAB_NODES asks for $ROAM_LAB_NODES"; ok=1
+  fi
   for n in $NODES; do
     if pid_alive "$(node_dir "$n")/holder.pid" && [ -e "/run/netns/$(node_ns "$n")" ]; then
       echo "node $n: up (netns $(node_ns "$n"), ip $(node_ip "$n"))"

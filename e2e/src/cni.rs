@@ -77,7 +77,7 @@ pub fn node_kubeconfig(lab: &Lab) -> String {
     static WRITTEN: std::sync::Once = std::sync::Once::new();
     WRITTEN.call_once(|| {
         let text = std::fs::read(lab.kubeconfig()).expect("read the lab's kubeconfig");
-        for node in crate::hosts::NODES {
+        for node in lab.nodes() {
             let dir = lab.dir().join(node).join("fs_etc_kubernetes");
             let tmp = dir.join(format!(".{NAME}.{}", std::process::id()));
             std::fs::write(&tmp, &text).expect("write the kubeconfig onto the node");

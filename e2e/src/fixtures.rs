@@ -210,7 +210,7 @@ impl VmCleanup {
     /// Also remove `path` from every node's own disk (e.g. a VM log directory).
     pub fn node_path(self, path: &str) -> VmCleanup {
         let lab = self.lab.clone();
-        crate::hosts::NODES
+        lab.nodes()
             .iter()
             .fold(self, |c, node| c.path(lab.node_path(node, path)))
     }
@@ -236,8 +236,8 @@ impl VmCleanup {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let _ = try_kubectl(lab, &args);
         }
-        for n in ["node-a", "node-b"] {
-            let node = lab.node(n);
+        for n in lab.nodes() {
+            let node = lab.node(&n);
             for d in &self.domains {
                 node.destroy_domain(lab, d);
             }

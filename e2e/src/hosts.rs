@@ -8,9 +8,6 @@ use std::path::Path;
 
 use crate::lab::{Lab, holder_pid};
 
-/// The lab's nodes.
-pub const NODES: [&str; 2] = ["node-a", "node-b"];
-
 /// The paths no process of `node` may use: the other nodes' directories, OVN central's and
 /// the control plane's.
 pub fn forbidden_paths(lab: &Lab, node: &str) -> Vec<String> {
@@ -19,7 +16,7 @@ pub fn forbidden_paths(lab: &Lab, node: &str) -> Vec<String> {
         dir.join("central").display().to_string(),
         dir.join("kube").display().to_string(),
     ];
-    for other in NODES.iter().filter(|n| **n != node) {
+    for other in lab.nodes().iter().filter(|n| *n != node) {
         out.push(dir.join(other).display().to_string());
     }
     out
@@ -36,8 +33,8 @@ fn ns(pid: &str, kind: &str) -> Option<String> {
 /// pods). `None`: not a node's (the host's own, the tests').
 fn node_of(
     pid: &str,
-    nodes: &BTreeMap<&'static str, (Option<String>, Option<String>)>,
-) -> Option<&'static str> {
+    nodes: &BTreeMap<String, (Option<String>, Option<String>)>,
+) -> Option<String> {
     let (net, mnt) = (ns(pid, "net"), ns(pid, "mnt"));
     let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
     nodes.iter().find_map(|(node, (nnet, nmnt))| {
@@ -47,7 +44,7 @@ fn node_of(
                 .nth(2)
                 .is_some_and(|p| p.starts_with(&format!("/{node}/")))
         });
-        (in_ns || in_cgroup).then_some(*node)
+        (in_ns || in_cgroup).then(|| node.clone())
     })
 }
 
@@ -67,11 +64,13 @@ fn unix_paths(pid: &str) -> BTreeMap<String, String> {
 /// working directory, their open files and the paths their unix sockets are bound to. One
 /// line per finding (`node-a pid 123 (libvirtd): fd 7 → /var/tmp/roam/lab/node-b/…`).
 pub fn foreign_paths(lab: &Lab) -> Vec<String> {
-    let nodes: BTreeMap<&'static str, (Option<String>, Option<String>)> = NODES
-        .iter()
+    let nodes: BTreeMap<String, (Option<String>, Option<String>)> = lab
+        .nodes()
+        .into_iter()
         .map(|n| {
-            let pid = holder_pid(lab, n);
-            (*n, (ns(&pid, "net"), ns(&pid, "mnt")))
+            let pid = holder_pid(lab, &n);
+            let spaces = (ns(&pid, "net"), ns(&pid, "mnt"));
+            (n, spaces)
         })
         .collect();
     let mut found = vec![];
@@ -87,10 +86,10 @@ pub fn foreign_paths(lab: &Lab) -> Vec<String> {
             continue;
         };
         // the holder itself is the lab's, not the node's: it mounted the cover over them
-        if pid == holder_pid(lab, node) {
+        if pid == holder_pid(lab, &node) {
             continue;
         }
-        let forbidden = forbidden_paths(lab, node);
+        let forbidden = forbidden_paths(lab, &node);
         let bad = |s: &str| forbidden.iter().any(|f| s.contains(f.as_str()));
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
         let who = format!("{node} pid {pid} ({})", comm.trim());

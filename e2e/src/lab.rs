@@ -123,6 +123,14 @@ impl Lab {
         self.var("ROAM_OVN_SB_TCP")
     }
 
+    /// The lab's nodes (`node-a`, `node-b`, and `node-c` with `ROAM_LAB_NODES=3`).
+    pub fn nodes(&self) -> Vec<String> {
+        self.var("ROAM_NODES")
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    }
+
     /// A node by name (`node-a`, `node-b`).
     pub fn node(&self, name: &str) -> Node {
         let key = name.replace('-', "_").to_uppercase();
@@ -351,10 +359,10 @@ pub fn kubectl_manifest(
     r
 }
 
-/// File `path` as each node has it on its own disk, node-a's then node-b's (a VM's serial
+/// File `path` as each node has it on its own disk, node-a's then node-b's, … (a VM's serial
 /// log, written on each node it ran on), concatenated; a node without it adds nothing.
 pub fn node_files(lab: &Lab, path: &str) -> String {
-    crate::hosts::NODES
+    lab.nodes()
         .iter()
         .map(|node| {
             std::fs::read(lab.node_path(node, path))

@@ -4,13 +4,14 @@
 //! credentials under /etc/kubernetes; a libvirtd listening on the node's address), no process
 //! of a node holds another host's path, and no node runs a libvirtd or QEMU outside a pod.
 
-use roam_e2e::{Lab, NODES, forbidden_paths, foreign_paths, node_sees, node_try_run};
+use roam_e2e::{Lab, forbidden_paths, foreign_paths, node_sees, node_try_run};
 use std::path::Path;
 
 #[test]
 fn a_node_sees_no_other_hosts_files() {
     let lab = Lab::get();
-    for node in NODES {
+    for node in lab.nodes() {
+        let node = node.as_str();
         for path in forbidden_paths(&lab, node) {
             let from_host = std::fs::read_dir(&path)
                 .unwrap_or_else(|e| panic!("{path} on the host: {e}"))
@@ -46,7 +47,8 @@ fn node_daemons_reach_other_hosts_over_the_network_only() {
     let lab = Lab::get();
     let found = foreign_paths(&lab);
     assert!(found.is_empty(), "{}", found.join("\n"));
-    for node in NODES {
+    for node in lab.nodes() {
+        let node = node.as_str();
         let remote = node_try_run(
             &lab,
             node,

@@ -436,8 +436,11 @@ fn vms_on_vlans_and_with_two_interfaces_live_migrate_keeping_their_addresses() {
         &["-n", NS, "get", "pod", st2["pod"].as_str().unwrap()],
     )
     .unwrap();
-    let args2: Vec<String> =
-        serde_json::from_value(pod2["spec"]["containers"][0]["args"].clone()).unwrap();
+    let shim2 = pod2["spec"]["containers"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == "shim"))
+        .expect("the launcher's shim container");
+    let args2: Vec<String> = serde_json::from_value(shim2["args"].clone()).unwrap();
     let nics = &args2[args2.iter().position(|a| a == "--nics").expect("--nics") + 1];
     assert_eq!(
         nics.split(',').count(),

@@ -1,6 +1,9 @@
 //! `VirtualMachine` (short name `vm`): a VM that runs in a launcher pod on some node, keeps
 //! its addresses wherever it runs, and moves when annotated with `roam.dev/migrate-to`.
 
+use std::collections::BTreeMap;
+
+pub use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -41,6 +44,14 @@ pub struct VirtualMachineSpec {
     /// Pin the VM to this node at start; otherwise the scheduler picks one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// Labels a node must carry to run the VM (at start without `node`, and for
+    /// `migrate-to=auto`); its launcher pods carry the same selector.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints the VM tolerates (as a pod's): a node tainted `NoSchedule` or `NoExecute` takes
+    /// the VM only if one of these tolerates it; its launcher pods carry them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
 }
 
 /// Boot source: a kernel (direct boot) or a disk image, paths on the node.

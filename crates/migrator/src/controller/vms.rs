@@ -363,8 +363,7 @@ async fn place(
 ) -> Result<Option<(String, String)>> {
     let (node, unplaced) = match st.node.clone().or_else(|| vm.spec.node.clone()) {
         Some(n) => (Some(n), None),
-        None => match placement::pick(&node_facts(ctx).await?, None, &Need::vm(vm.spec.memory_mib))
-        {
+        None => match placement::pick(&node_facts(ctx).await?, None, &Need::of(&vm.spec)) {
             Ok(n) => (Some(n), None),
             Err(why) => (None, Some(why)),
         },
@@ -586,7 +585,7 @@ async fn trigger_migration(ctx: &Context, vm: &VirtualMachine, value: &str) -> R
         Ok(MigrateTo::Node(n)) => Some(n),
         Ok(MigrateTo::Auto) => {
             let here = vm.status.as_ref().and_then(|s| s.node.clone());
-            let need = Need::vm(vm.spec.memory_mib);
+            let need = Need::of(&vm.spec);
             match placement::pick(&node_facts(ctx).await?, here.as_deref(), &need) {
                 Ok(n) => Some(n),
                 Err(why) => {

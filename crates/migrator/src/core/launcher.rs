@@ -268,6 +268,10 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
             "terminationGracePeriodSeconds": 30,
             // the pause process is PID 1 and reaps QEMU's processes (libvirt daemonizes them)
             "shareProcessNamespace": true,
+            // the VM's own constraints: the kubelet checks the selector at admission, and a
+            // NoExecute taint the VM tolerates does not evict it
+            "nodeSelector": vm.spec.node_selector,
+            "tolerations": vm.spec.tolerations,
             "containers": [{
                 "name": "libvirtd",
                 "image": cfg.launcher_image,
@@ -420,6 +424,10 @@ mod tests {
         assert_eq!(spec.host_network, Some(true));
         assert_eq!(spec.automount_service_account_token, Some(false));
         assert_eq!(spec.share_process_namespace, Some(true), "pause reaps QEMU");
+        assert!(
+            spec.tolerations.clone().unwrap_or_default().is_empty(),
+            "a VM without tolerations"
+        );
         // the guest's 256 MiB and the launcher's overhead, counted against the node, on the
         // container QEMU runs in
         let libvirtd = &spec.containers[0];
@@ -483,6 +491,32 @@ mod tests {
             metadata: p.metadata.clone(),
             ..Default::default()
         }));
+    }
+
+    #[test]
+    fn the_launcher_carries_the_vms_selector_and_tolerations() {
+        let mut v = vm();
+        v.spec.node_selector = [("zone".to_string(), "b".to_string())].into();
+        v.spec.tolerations = vec![
+            serde_json::from_value(
+                json!({"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}),
+            )
+            .unwrap(),
+        ];
+        let nics = [nic(0, "a0.node-a")];
+        let l = LauncherSpec {
+            pod: "demo-launcher".into(),
+            node: "node-a",
+            node_ip: "10.0.0.1",
+            mode: Mode::Boot,
+            migration: None,
+            nics: &nics,
+            port: 17100,
+            token: "t0ken",
+        };
+        let spec = launcher_pod(&cfg(), &v, &l).unwrap().spec.unwrap();
+        assert_eq!(spec.node_selector, Some(v.spec.node_selector.clone()));
+        assert_eq!(spec.tolerations, Some(v.spec.tolerations.clone()));
     }
 
     #[test]

@@ -90,6 +90,24 @@ impl Need {
             ..Need::default()
         }
     }
+
+    /// What VM `spec` needs: its launcher's memory, its tolerations and node selector.
+    pub fn of(spec: &crate::api::VirtualMachineSpec) -> Need {
+        Need {
+            tolerations: spec
+                .tolerations
+                .iter()
+                .map(|t| Toleration {
+                    key: t.key.clone().unwrap_or_default(),
+                    exists: t.operator.as_deref() == Some("Exists"),
+                    value: t.value.clone().unwrap_or_default(),
+                    effect: t.effect.clone().unwrap_or_default(),
+                })
+                .collect(),
+            node_selector: spec.node_selector.clone(),
+            ..Need::vm(spec.memory_mib)
+        }
+    }
 }
 
 /// A memory quantity (`256Mi`, `1.5Gi`, `512M`, `1073741824`) in MiB, rounded up; `None`:
@@ -189,6 +207,42 @@ pub fn pick(nodes: &[NodeFacts], exclude: Option<&str>, need: &Need) -> Result<S
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_vm_needs_its_tolerations_and_selector() {
+        let spec: crate::api::VirtualMachineSpec = serde_json::from_value(serde_json::json!({
+            "cpu": 1, "memoryMiB": 256, "boot": {"kernel": {"kernel": "/k"}},
+            "nodeSelector": {"zone": "b"},
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "vms", "effect": "NoSchedule"},
+                {"operator": "Exists"}
+            ]
+        }))
+        .unwrap();
+        let need = Need::of(&spec);
+        assert_eq!(need.memory_mib, 256 + LAUNCHER_OVERHEAD_MIB);
+        assert_eq!(
+            need.node_selector,
+            [("zone".to_string(), "b".to_string())].into()
+        );
+        let taint = |key: &str, value: &str, effect: &str| Taint {
+            key: key.into(),
+            value: value.into(),
+            effect: effect.into(),
+        };
+        assert!(need.tolerations[0].tolerates(&taint("dedicated", "vms", "NoSchedule")));
+        assert!(!need.tolerations[0].tolerates(&taint("dedicated", "db", "NoSchedule")));
+        // an empty key with Exists tolerates everything
+        assert!(need.tolerations[1].tolerates(&taint("any", "x", "NoExecute")));
+        assert_eq!(
+            Need::of(&crate::api::VirtualMachineSpec {
+                tolerations: vec![],
+                node_selector: Default::default(),
+                ..spec
+            }),
+            Need::vm(256)
+        );
+    }
+
     use super::*;
     use proptest::prelude::*;
 

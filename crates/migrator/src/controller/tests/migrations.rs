@@ -196,7 +196,11 @@ async fn the_happy_path_step_by_step() {
         .iter()
         .find(|b| b["metadata"]["name"] == "mig-target")
         .expect("the target pod");
-    let args = target_pod["spec"]["containers"][0]["args"].to_string();
+    let shim = target_pod["spec"]["containers"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == "shim"))
+        .expect("the shim's container");
+    let args = shim["args"].to_string();
     assert!(args.contains("\"incoming\""), "{args}");
     assert_eq!(w.phase(), Phase::TargetScheduling);
 

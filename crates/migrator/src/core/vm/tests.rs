@@ -19,6 +19,8 @@ fn spec(interfaces: Vec<VmInterface>) -> VirtualMachineSpec {
         },
         interfaces,
         node: None,
+        node_selector: Default::default(),
+        tolerations: vec![],
     }
 }
 

@@ -1,0 +1,170 @@
+//! Placement on a cluster of three nodes (`ROAM_LAB_NODES=3`, as `e2e/test` brings the lab
+//! up), through the installed roam: a VM without `spec.node`, and `roam.dev/migrate-to=auto`,
+//! go to a node the scheduler's constraints allow — not cordoned, its taints tolerated by the
+//! VM's `tolerations`, its labels matching the VM's `nodeSelector` — never simply the first
+//! name; the launcher pods carry the VM's selector and tolerations; and a VM no node takes
+//! stays Scheduling with each node and why in its condition.
+
+use std::time::Duration;
+
+use roam_e2e::{Installed, Lab, VmCleanup, apply_crds, kubectl, try_kubectl, wait_until};
+use serde_json::{Value, json};
+
+const NS: &str = "p9-place";
+const NET: &str = "p9place";
+const LONG: Duration = Duration::from_secs(180);
+const TAINT: &str = "roam.dev/p9-dedicated";
+const ZONE: &str = "roam.dev/p9-zone";
+
+fn get(lab: &Lab, args: &[&str]) -> Option<Value> {
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["-o", "json"]);
+    serde_json::from_str(&try_kubectl(lab, &all).ok()?).ok()
+}
+
+/// Puts the nodes back as they were (uncordoned, untainted, unlabelled), also after a failure.
+struct NodesBack {
+    lab: Lab,
+}
+
+impl NodesBack {
+    fn clean(&self) {
+        for n in self.lab.nodes() {
+            let _ = try_kubectl(&self.lab, &["uncordon", &n]);
+            let _ = try_kubectl(&self.lab, &["taint", "node", &n, &format!("{TAINT}-")]);
+            let _ = try_kubectl(&self.lab, &["label", "node", &n, &format!("{ZONE}-")]);
+        }
+    }
+}
+
+impl Drop for NodesBack {
+    fn drop(&mut self) {
+        self.clean();
+    }
+}
+
+fn vm(name: &str, extra: Value, kernel: &str, initrd: &str) -> Value {
+    let mut spec = json!({"cpu": 1, "memoryMiB": 192,
+        "boot": {"kernel": {"kernel": kernel, "initrd": initrd,
+                            "cmdline": "console=ttyS0 loglevel=5 panic=-1"}}});
+    for (k, v) in extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
+           "metadata": {"name": name, "namespace": NS}, "spec": spec})
+}
+
+fn running_on(lab: &Lab, name: &str) -> String {
+    let st = wait_until(LONG, &format!("{name} Running"), || {
+        let v = get(lab, &["-n", NS, "get", "vm", name])?;
+        (v["status"]["phase"] == "Running").then(|| v["status"].clone())
+    });
+    st["node"].as_str().expect("the VM's node").to_string()
+}
+
+#[test]
+fn vms_go_where_the_schedulers_constraints_allow() {
+    let lab = Lab::get();
+    let nodes = lab.nodes();
+    assert!(
+        nodes.len() >= 3,
+        "this test needs a choice of nodes: bring the lab up with ROAM_LAB_NODES=3 (e2e/test does); it has {nodes:?}"
+    );
+    let (a, b, c) = (nodes[0].as_str(), nodes[1].as_str(), nodes[2].as_str());
+    let mut cleanup = VmCleanup::new(&lab).namespace(NS).network(NET);
+    for name in ["p9vm1", "p9vm2", "p9vm3"] {
+        let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/{name}"));
+        cleanup = cleanup.vm(&format!("{NS}_{name}"), &[&tap]);
+    }
+    let _cleanup = cleanup.cleaned();
+    let back = NodesBack { lab: lab.clone() };
+    back.clean();
+    apply_crds(&lab);
+    let ctl = Installed::get(&lab);
+    kubectl(&lab, &["create", "namespace", NS]);
+    let net = json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network",
+        "metadata": {"name": NET},
+        "spec": {"subnet": "100.159.0.0/24", "transitSubnet": "169.254.159.0/24", "poolSizePerNode": 1}});
+    roam_e2e::kubectl_manifest(&lab, "create", &net).expect("create the Network");
+    let (kernel, initrd) = lab.guest();
+
+    // node-a cordoned, node-b tainted: a VM without node, selector or tolerations can only go
+    // to node-c — not the first name, and not the first that is merely Ready
+    kubectl(&lab, &["cordon", a]);
+    kubectl(&lab, &["taint", "node", b, &format!("{TAINT}=db:NoSchedule")]);
+    roam_e2e::kubectl_manifest(&lab, "create", &vm("p9vm1", json!({}), &kernel, &initrd))
+        .expect("create p9vm1");
+    assert_eq!(running_on(&lab, "p9vm1"), c, "{}", ctl.log_tail(30));
+
+    // a VM that tolerates node-b's taint and selects its zone goes there, and its launcher
+    // pod carries both
+    kubectl(&lab, &["label", "node", b, &format!("{ZONE}=b")]);
+    let extra = json!({"nodeSelector": {ZONE: "b"},
+        "tolerations": [{"key": TAINT, "operator": "Equal", "value": "db", "effect": "NoSchedule"}]});
+    roam_e2e::kubectl_manifest(&lab, "create", &vm("p9vm2", extra, &kernel, &initrd))
+        .expect("create p9vm2");
+    assert_eq!(running_on(&lab, "p9vm2"), b, "{}", ctl.log_tail(30));
+    let pod = get(&lab, &["-n", NS, "get", "pod", "-l", "roam.dev/vm=p9vm2"])
+        .and_then(|l| l["items"].get(0).cloned())
+        .expect("p9vm2's launcher pod");
+    assert_eq!(pod["spec"]["nodeSelector"][ZONE], "b", "{pod}");
+    assert_eq!(pod["spec"]["tolerations"][0]["key"], TAINT, "{pod}");
+
+    // migrate-to=auto from node-c: node-a is cordoned, node-b tainted → refused, with why
+    kubectl(
+        &lab,
+        &["-n", NS, "annotate", "vm", "p9vm1", "roam.dev/migrate-to=auto"],
+    );
+    let why = wait_until(LONG, "p9vm1's auto migration refused", || {
+        let v = get(&lab, &["-n", NS, "get", "vm", "p9vm1"])?;
+        let c = v["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "MigrationRequest" && c["reason"] == "NoTargetNode")?
+            .clone();
+        Some(c["message"].as_str().unwrap_or_default().to_string())
+    });
+    assert!(
+        why.contains(a) && why.contains(b),
+        "the refusal names the nodes: {why}"
+    );
+    // node-a uncordoned: the one node that fits
+    kubectl(&lab, &["uncordon", a]);
+    kubectl(
+        &lab,
+        &["-n", NS, "annotate", "--overwrite", "vm", "p9vm1", "roam.dev/migrate-to=auto"],
+    );
+    let m = wait_until(LONG, "p9vm1's auto migration to end", || {
+        let l = get(&lab, &["-n", NS, "get", "vmim", "-l", "roam.dev/vm=p9vm1"])?;
+        l["items"].as_array()?.iter().find_map(|m| {
+            let p = m["status"]["phase"].as_str()?;
+            (p == "Succeeded" || p == "Failed").then(|| m.clone())
+        })
+    });
+    assert_eq!(m["status"]["phase"], "Succeeded", "{m}\n{}", ctl.log_tail(30));
+    assert_eq!(m["spec"]["targetNode"], a, "{m}");
+    assert_eq!(running_on(&lab, "p9vm1"), a);
+
+    // a selector no node matches: Scheduling, each node and why
+    let extra = json!({"nodeSelector": {ZONE: "nowhere"}});
+    roam_e2e::kubectl_manifest(&lab, "create", &vm("p9vm3", extra, &kernel, &initrd))
+        .expect("create p9vm3");
+    let st = wait_until(LONG, "p9vm3 Scheduling with why", || {
+        let v = get(&lab, &["-n", NS, "get", "vm", "p9vm3"])?;
+        let c = v["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Ready" && c["reason"] == "NoNode")?
+            .clone();
+        (v["status"]["phase"] == "Scheduling").then_some(c)
+    });
+    let msg = st["message"].as_str().unwrap_or_default();
+    for n in [a, b, c] {
+        assert!(msg.contains(n), "the condition names {n}: {msg}");
+    }
+    assert!(
+        get(&lab, &["-n", NS, "get", "pod", "-l", "roam.dev/vm=p9vm3"])
+            .is_some_and(|l| l["items"].as_array().is_some_and(|i| i.is_empty())),
+        "no launcher pod for a VM no node takes"
+    );
+}
