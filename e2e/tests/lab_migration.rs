@@ -181,17 +181,26 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
                 .contains("MigrationFailed")
         );
     }
-    // migrate-to=auto with the only other node cordoned: nothing created, the reason on
-    // the VM (the guard uncordons node-b whatever happens)
+    // migrate-to=auto with every other node cordoned: nothing created, the reason on the VM
+    // (the guard uncordons them whatever happens)
     {
-        struct Uncordon<'a>(&'a Lab);
+        let others: Vec<String> = lab
+            .nodes()
+            .into_iter()
+            .filter(|n| here["node"] != n.as_str())
+            .collect();
+        struct Uncordon<'a>(&'a Lab, &'a [String]);
         impl Drop for Uncordon<'_> {
             fn drop(&mut self) {
-                let _ = roam_e2e::try_kubectl(self.0, &["uncordon", "node-b"]);
+                for n in self.1 {
+                    let _ = roam_e2e::try_kubectl(self.0, &["uncordon", n]);
+                }
             }
         }
-        let _guard = Uncordon(&lab);
-        kubectl(&lab, &["cordon", "node-b"]);
+        let _guard = Uncordon(&lab, &others);
+        for n in &others {
+            kubectl(&lab, &["cordon", n]);
+        }
         kubectl(
             &lab,
             &["-n", NS, "annotate", "vm", VM, "roam.dev/migrate-to=auto"],
@@ -207,9 +216,16 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
                 .find(|c| c["type"] == "MigrationRequest" && c["reason"] == "NoTargetNode")
                 .cloned()
         });
+        let why: Vec<String> = others
+            .iter()
+            .map(|n| format!("{n}: cordoned (spec.unschedulable)"))
+            .collect();
         assert_eq!(
-            cond["message"],
-            "migrate-to=auto: no node can take the VM: node-b: cordoned (spec.unschedulable)",
+            cond["message"].as_str().unwrap_or_default(),
+            format!(
+                "migrate-to=auto: no node can take the VM: {}",
+                why.join("; ")
+            ),
             "{cond}"
         );
     }

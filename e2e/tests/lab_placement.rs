@@ -91,7 +91,10 @@ fn vms_go_where_the_schedulers_constraints_allow() {
     // node-a cordoned, node-b tainted: a VM without node, selector or tolerations can only go
     // to node-c — not the first name, and not the first that is merely Ready
     kubectl(&lab, &["cordon", a]);
-    kubectl(&lab, &["taint", "node", b, &format!("{TAINT}=db:NoSchedule")]);
+    kubectl(
+        &lab,
+        &["taint", "node", b, &format!("{TAINT}=db:NoSchedule")],
+    );
     roam_e2e::kubectl_manifest(&lab, "create", &vm("p9vm1", json!({}), &kernel, &initrd))
         .expect("create p9vm1");
     assert_eq!(running_on(&lab, "p9vm1"), c, "{}", ctl.log_tail(30));
@@ -113,7 +116,14 @@ fn vms_go_where_the_schedulers_constraints_allow() {
     // migrate-to=auto from node-c: node-a is cordoned, node-b tainted → refused, with why
     kubectl(
         &lab,
-        &["-n", NS, "annotate", "vm", "p9vm1", "roam.dev/migrate-to=auto"],
+        &[
+            "-n",
+            NS,
+            "annotate",
+            "vm",
+            "p9vm1",
+            "roam.dev/migrate-to=auto",
+        ],
     );
     let why = wait_until(LONG, "p9vm1's auto migration refused", || {
         let v = get(&lab, &["-n", NS, "get", "vm", "p9vm1"])?;
@@ -132,7 +142,15 @@ fn vms_go_where_the_schedulers_constraints_allow() {
     kubectl(&lab, &["uncordon", a]);
     kubectl(
         &lab,
-        &["-n", NS, "annotate", "--overwrite", "vm", "p9vm1", "roam.dev/migrate-to=auto"],
+        &[
+            "-n",
+            NS,
+            "annotate",
+            "--overwrite",
+            "vm",
+            "p9vm1",
+            "roam.dev/migrate-to=auto",
+        ],
     );
     let m = wait_until(LONG, "p9vm1's auto migration to end", || {
         let l = get(&lab, &["-n", NS, "get", "vmim", "-l", "roam.dev/vm=p9vm1"])?;
@@ -141,7 +159,12 @@ fn vms_go_where_the_schedulers_constraints_allow() {
             (p == "Succeeded" || p == "Failed").then(|| m.clone())
         })
     });
-    assert_eq!(m["status"]["phase"], "Succeeded", "{m}\n{}", ctl.log_tail(30));
+    assert_eq!(
+        m["status"]["phase"],
+        "Succeeded",
+        "{m}\n{}",
+        ctl.log_tail(30)
+    );
     assert_eq!(m["spec"]["targetNode"], a, "{m}");
     assert_eq!(running_on(&lab, "p9vm1"), a);
 
