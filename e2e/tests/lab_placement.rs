@@ -54,6 +54,22 @@ fn vm(name: &str, extra: Value, kernel: &str, initrd: &str) -> Value {
            "metadata": {"name": name, "namespace": NS}, "spec": spec})
 }
 
+/// VM `name`'s phase and the message of its condition `kind` if that has `reason`.
+fn condition(lab: &Lab, name: &str, kind: &str, reason: &str) -> Option<(String, String)> {
+    let v = get(lab, &["-n", NS, "get", "vm", name])?;
+    let c = v["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind && c["reason"] == reason)?;
+    Some((
+        v["status"]["phase"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        c["message"].as_str().unwrap_or_default().to_string(),
+    ))
+}
+
 fn running_on(lab: &Lab, name: &str) -> String {
     let st = wait_until(LONG, &format!("{name} Running"), || {
         let v = get(lab, &["-n", NS, "get", "vm", name])?;
@@ -126,13 +142,7 @@ fn vms_go_where_the_schedulers_constraints_allow() {
         ],
     );
     let why = wait_until(LONG, "p9vm1's auto migration refused", || {
-        let v = get(&lab, &["-n", NS, "get", "vm", "p9vm1"])?;
-        let c = v["status"]["conditions"]
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == "MigrationRequest" && c["reason"] == "NoTargetNode")?
-            .clone();
-        Some(c["message"].as_str().unwrap_or_default().to_string())
+        condition(&lab, "p9vm1", "MigrationRequest", "NoTargetNode").map(|(_, msg)| msg)
     });
     assert!(
         why.contains(a) && why.contains(b),
@@ -172,16 +182,10 @@ fn vms_go_where_the_schedulers_constraints_allow() {
     let extra = json!({"nodeSelector": {ZONE: "nowhere"}});
     roam_e2e::kubectl_manifest(&lab, "create", &vm("p9vm3", extra, &kernel, &initrd))
         .expect("create p9vm3");
-    let st = wait_until(LONG, "p9vm3 Scheduling with why", || {
-        let v = get(&lab, &["-n", NS, "get", "vm", "p9vm3"])?;
-        let c = v["status"]["conditions"]
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == "Ready" && c["reason"] == "NoNode")?
-            .clone();
-        (v["status"]["phase"] == "Scheduling").then_some(c)
+    let msg = wait_until(LONG, "p9vm3 Scheduling with why", || {
+        let (phase, msg) = condition(&lab, "p9vm3", "Ready", "NoNode")?;
+        (phase == "Scheduling").then_some(msg)
     });
-    let msg = st["message"].as_str().unwrap_or_default();
     for n in [a, b, c] {
         assert!(msg.contains(n), "the condition names {n}: {msg}");
     }

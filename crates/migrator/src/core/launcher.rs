@@ -350,6 +350,20 @@ mod tests {
         assert_eq!(libvirt_port((5, 4), 5), None);
     }
 
+    /// The launcher of a VM that boots on node-a with `nics`, its shim on port 17100.
+    fn boot_on_a(nics: &[VmNic]) -> LauncherSpec<'_> {
+        LauncherSpec {
+            pod: "demo-launcher".into(),
+            node: "node-a",
+            node_ip: "10.0.0.1",
+            mode: Mode::Boot,
+            migration: None,
+            nics,
+            port: 17100,
+            token: "t0ken",
+        }
+    }
+
     fn nic(i: usize, port: &str) -> VmNic {
         VmNic {
             name: format!("eth{i}"),
@@ -373,16 +387,7 @@ mod tests {
     #[test]
     fn several_nics_go_to_the_shim_as_one_nics_flag_in_order() {
         let nics = [nic(0, "a0.node-a"), nic(1, "v150-198-18-150-5")];
-        let l = LauncherSpec {
-            pod: "demo-launcher".into(),
-            node: "node-a",
-            node_ip: "10.0.0.1",
-            mode: Mode::Boot,
-            migration: None,
-            nics: &nics,
-            port: 17100,
-            token: "t0ken",
-        };
+        let l = boot_on_a(&nics);
         let p = launcher_pod(&cfg(), &vm(), &l).unwrap();
         let args = shim(&p.spec.unwrap()).args.clone().unwrap();
         assert!(!args.contains(&"--mac".to_string()), "{args:?}");
@@ -504,16 +509,7 @@ mod tests {
             .unwrap(),
         ];
         let nics = [nic(0, "a0.node-a")];
-        let l = LauncherSpec {
-            pod: "demo-launcher".into(),
-            node: "node-a",
-            node_ip: "10.0.0.1",
-            mode: Mode::Boot,
-            migration: None,
-            nics: &nics,
-            port: 17100,
-            token: "t0ken",
-        };
+        let l = boot_on_a(&nics);
         let spec = launcher_pod(&cfg(), &v, &l).unwrap().spec.unwrap();
         assert_eq!(spec.node_selector, Some(v.spec.node_selector.clone()));
         assert_eq!(spec.tolerations, Some(v.spec.tolerations.clone()));
