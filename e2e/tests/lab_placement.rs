@@ -2,8 +2,9 @@
 //! up), through the installed roam: a VM without `spec.node`, and `roam.dev/migrate-to=auto`,
 //! go to a node the scheduler's constraints allow — not cordoned, its taints tolerated by the
 //! VM's `tolerations`, its labels matching the VM's `nodeSelector` — never simply the first
-//! name; the launcher pods carry the VM's selector and tolerations; and a VM no node takes
-//! stays Scheduling with each node and why in its condition.
+//! name; the launcher pods carry the VM's selector and tolerations; a VM no node takes stays
+//! Scheduling with each node and why in its condition; and a VM whose launcher cannot start
+//! says why (the launcher's own last words) in its condition.
 
 use std::time::Duration;
 
@@ -88,7 +89,7 @@ fn vms_go_where_the_schedulers_constraints_allow() {
     );
     let (a, b, c) = (nodes[0].as_str(), nodes[1].as_str(), nodes[2].as_str());
     let mut cleanup = VmCleanup::new(&lab).namespace(NS).network(NET);
-    for name in ["p9vm1", "p9vm2", "p9vm3"] {
+    for name in ["p9vm1", "p9vm2", "p9vm3", "p9vm4"] {
         let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/{name}"));
         cleanup = cleanup.vm(&format!("{NS}_{name}"), &[&tap]);
     }
@@ -193,5 +194,26 @@ fn vms_go_where_the_schedulers_constraints_allow() {
         get(&lab, &["-n", NS, "get", "pod", "-l", "roam.dev/vm=p9vm3"])
             .is_some_and(|l| l["items"].as_array().is_some_and(|i| i.is_empty())),
         "no launcher pod for a VM no node takes"
+    );
+
+    // a launcher that cannot start (its kernel is not on the node): `kubectl get vm` says
+    // why, in the launcher's own words
+    let missing = std::path::Path::new(&kernel)
+        .with_file_name("p9-no-such-vmlinuz")
+        .display()
+        .to_string();
+    roam_e2e::kubectl_manifest(
+        &lab,
+        "create",
+        &vm("p9vm4", json!({"node": a}), &missing, &initrd),
+    )
+    .expect("create p9vm4");
+    let msg = wait_until(LONG, "p9vm4's launcher failing, with why", || {
+        let (phase, msg) = condition(&lab, "p9vm4", "Ready", "LauncherFailing")?;
+        (phase == "Starting" && msg.contains(&missing)).then_some(msg)
+    });
+    assert!(
+        msg.contains("container shim") && msg.contains("does not exist"),
+        "{msg}"
     );
 }

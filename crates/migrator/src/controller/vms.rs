@@ -33,7 +33,7 @@ use crate::core::claim::VM_LABEL;
 use crate::core::launcher::{
     LAUNCHER_LABEL, LauncherSpec, launcher_pod, shim_url, token_secret, vm_key,
 };
-use crate::core::launcher::{Mode, pod_failed, pod_running};
+use crate::core::launcher::{Mode, launcher_trouble, pod_failed, pod_running};
 use crate::core::placement::{self, Need, NodeFacts, Taint};
 use crate::core::vm::readiness::{condition, readiness, set_condition};
 use crate::core::vm::tap_name;
@@ -332,7 +332,14 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
         (false, 0)
     };
     let was = st.phase;
-    let r = readiness(&node, &pod_name, pod_failed(&pod), domain_running);
+    let trouble = launcher_trouble(&pod);
+    let r = readiness(
+        &node,
+        &pod_name,
+        pod_failed(&pod),
+        domain_running,
+        trouble.as_deref(),
+    );
     st.phase = r.phase;
     set_condition(
         &mut st.conditions,

@@ -66,6 +66,45 @@ pub fn pod_failed(p: &Pod) -> bool {
     p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
 }
 
+/// What keeps a launcher pod's containers from running, in words for the VM's condition
+/// (pure): a container waiting for a reason other than being created (CrashLoopBackOff,
+/// ErrImagePull, CreateContainerError, …) with the kubelet's message and the last exit's code
+/// and message (the container's last log lines: launcher containers report
+/// `FallbackToLogsOnError`). `None` while nothing is wrong.
+pub fn launcher_trouble(p: &Pod) -> Option<String> {
+    let statuses = p.status.as_ref()?.container_statuses.as_ref()?;
+    let troubles: Vec<String> = statuses
+        .iter()
+        .filter_map(|c| {
+            let waiting = c.state.as_ref()?.waiting.as_ref()?;
+            let reason = waiting.reason.as_deref().unwrap_or("Waiting");
+            if matches!(reason, "ContainerCreating" | "PodInitializing") {
+                return None;
+            }
+            let mut t = format!("container {} {reason}", c.name);
+            if let Some(m) = waiting.message.as_deref().filter(|m| !m.is_empty()) {
+                t.push_str(&format!(": {}", m.trim()));
+            }
+            if let Some(last) = c.last_state.as_ref().and_then(|l| l.terminated.as_ref()) {
+                t.push_str(&format!("; last exit {}", last.exit_code));
+                if let Some(m) = last
+                    .message
+                    .as_deref()
+                    .map(str::trim)
+                    .filter(|m| !m.is_empty())
+                {
+                    // the end of the log says what failed
+                    let tail: Vec<&str> = m.lines().rev().take(3).collect();
+                    let tail: Vec<&str> = tail.into_iter().rev().collect();
+                    t.push_str(&format!(": {}", tail.join(" / ")));
+                }
+            }
+            Some(t)
+        })
+        .collect();
+    (!troubles.is_empty()).then(|| troubles.join("; "))
+}
+
 /// `namespace/name`.
 pub fn vm_key(vm: &VirtualMachine) -> String {
     format!("{}/{}", vm.namespace().unwrap_or_default(), vm.name_any())
@@ -284,6 +323,9 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
                     "memory": format!("{}Mi", crate::core::placement::Need::vm(vm.spec.memory_mib).memory_mib),
                 }},
                 "securityContext": {"privileged": true},
+                // a crash's last log lines become its termination message: the VM's
+                // condition quotes them (launcher_trouble)
+                "terminationMessagePolicy": "FallbackToLogsOnError",
                 "volumeMounts": vm_mounts,
             }, {
                 "name": "shim",
@@ -291,6 +333,7 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
                 "imagePullPolicy": "IfNotPresent",
                 "args": args,
                 "securityContext": {"privileged": true},
+                "terminationMessagePolicy": "FallbackToLogsOnError",
                 "volumeMounts": shim_mounts,
             }],
             "volumes": volumes,
@@ -429,6 +472,14 @@ mod tests {
         assert_eq!(spec.host_network, Some(true));
         assert_eq!(spec.automount_service_account_token, Some(false));
         assert_eq!(spec.share_process_namespace, Some(true), "pause reaps QEMU");
+        for c in &spec.containers {
+            assert_eq!(
+                c.termination_message_policy.as_deref(),
+                Some("FallbackToLogsOnError"),
+                "{}: a crash's log is its message",
+                c.name
+            );
+        }
         assert!(
             spec.tolerations.clone().unwrap_or_default().is_empty(),
             "a VM without tolerations"
@@ -513,6 +564,51 @@ mod tests {
         let spec = launcher_pod(&cfg(), &v, &l).unwrap().spec.unwrap();
         assert_eq!(spec.node_selector, Some(v.spec.node_selector.clone()));
         assert_eq!(spec.tolerations, Some(v.spec.tolerations.clone()));
+    }
+
+    #[test]
+    fn a_launchers_trouble_is_said_in_words() {
+        let pod = |statuses: serde_json::Value| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "p"},
+                "status": {"phase": "Running", "containerStatuses": statuses}}))
+            .unwrap()
+        };
+        let status = |name: &str, state: serde_json::Value, last: serde_json::Value| {
+            json!({"name": name, "ready": false, "restartCount": 3, "image": "i", "imageID": "",
+                   "state": state, "lastState": last})
+        };
+        // starting, or running: nothing to say
+        assert_eq!(launcher_trouble(&pod(json!([]))), None);
+        let creating = status(
+            "libvirtd",
+            json!({"waiting": {"reason": "ContainerCreating"}}),
+            json!({}),
+        );
+        let running = status("shim", json!({"running": {}}), json!({}));
+        assert_eq!(launcher_trouble(&pod(json!([creating, running]))), None);
+        // a crash loop: the reason, the kubelet's message, the last exit and its log's end
+        let crashing = status(
+            "shim",
+            json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}}),
+            json!({"terminated": {"exitCode": 1, "message":
+                "line 1\nline 2\nline 3\nroam-shim: bad VM spec: kernel /g/vmlinuz: no such file\n"}}),
+        );
+        let said = launcher_trouble(&pod(json!([running, crashing]))).unwrap();
+        assert_eq!(
+            said,
+            "container shim CrashLoopBackOff: back-off 40s restarting failed container; last exit 1: \
+             line 2 / line 3 / roam-shim: bad VM spec: kernel /g/vmlinuz: no such file"
+        );
+        // an image the node cannot get
+        let pulling = status(
+            "libvirtd",
+            json!({"waiting": {"reason": "ErrImageNeverPull", "message": "image lab.local/x is not present"}}),
+            json!({}),
+        );
+        assert_eq!(
+            launcher_trouble(&pod(json!([pulling]))).unwrap(),
+            "container libvirtd ErrImageNeverPull: image lab.local/x is not present"
+        );
     }
 
     #[test]

@@ -17,8 +17,16 @@ pub struct Readiness {
     pub message: String,
 }
 
-/// Running once the shim's domain runs; Failed if the launcher pod failed; else Starting.
-pub fn readiness(node: &str, pod: &str, pod_failed: bool, domain_running: bool) -> Readiness {
+/// Running once the shim's domain runs; Failed if the launcher pod failed; else Starting —
+/// with what keeps the launcher's containers from running (`trouble`, see
+/// [`crate::core::launcher::launcher_trouble`]) as reason `LauncherFailing`.
+pub fn readiness(
+    node: &str,
+    pod: &str,
+    pod_failed: bool,
+    domain_running: bool,
+    trouble: Option<&str>,
+) -> Readiness {
     if domain_running {
         return Readiness {
             phase: VmPhase::Running,
@@ -27,15 +35,24 @@ pub fn readiness(node: &str, pod: &str, pod_failed: bool, domain_running: bool) 
             message: format!("runs on {node}"),
         };
     }
-    Readiness {
-        phase: if pod_failed {
-            VmPhase::Failed
-        } else {
-            VmPhase::Starting
+    let phase = if pod_failed {
+        VmPhase::Failed
+    } else {
+        VmPhase::Starting
+    };
+    match trouble {
+        Some(t) => Readiness {
+            phase,
+            ready: false,
+            reason: "LauncherFailing",
+            message: format!("launcher pod {pod} on {node}: {t}"),
         },
-        ready: false,
-        reason: "Starting",
-        message: format!("launcher pod {pod} on {node} is starting"),
+        None => Readiness {
+            phase,
+            ready: false,
+            reason: "Starting",
+            message: format!("launcher pod {pod} on {node} is starting"),
+        },
     }
 }
 
@@ -75,15 +92,36 @@ mod tests {
 
     #[test]
     fn a_vm_is_ready_when_its_domain_runs() {
-        let r = readiness("node-a", "demo-launcher", false, true);
+        let r = readiness("node-a", "demo-launcher", false, true, None);
         assert_eq!(
             (r.phase, r.ready, r.message.as_str()),
             (VmPhase::Running, true, "runs on node-a")
         );
-        let r = readiness("node-a", "demo-launcher", false, false);
+        let r = readiness("node-a", "demo-launcher", false, false, None);
         assert_eq!((r.phase, r.ready), (VmPhase::Starting, false));
         assert!(r.message.contains("demo-launcher on node-a"));
-        assert_eq!(readiness("n", "p", true, false).phase, VmPhase::Failed);
+        assert_eq!(
+            readiness("n", "p", true, false, None).phase,
+            VmPhase::Failed
+        );
+        // what keeps it from starting, in its condition
+        let r = readiness(
+            "node-a",
+            "demo-launcher",
+            false,
+            false,
+            Some("container shim CrashLoopBackOff"),
+        );
+        assert_eq!(
+            (r.phase, r.reason, r.message.as_str()),
+            (
+                VmPhase::Starting,
+                "LauncherFailing",
+                "launcher pod demo-launcher on node-a: container shim CrashLoopBackOff"
+            )
+        );
+        // a domain that runs wins over an old trouble
+        assert!(readiness("n", "p", false, true, Some("x")).ready);
     }
 
     #[test]
