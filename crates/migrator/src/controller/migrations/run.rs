@@ -17,10 +17,10 @@ use super::writes::{apply_moves, patch_status, patch_vm_status};
 use super::{key_of, vms};
 use crate::api::{Address, VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus};
 use crate::controller::{Context, failpoint, ovn};
-use crate::core::launcher::{LauncherSpec, Mode, launcher_pod, shim_url, vm_key};
+use crate::core::launcher::{LauncherSpec, Mode, launcher_pod, launcher_trouble, shim_url, vm_key};
 use crate::core::migration::observe::{
     guest_at, guest_on_target, is_shim_of, job, live, pod_running, record_landing, record_progress,
-    target_pod_state, timed_out, unrecorded_job,
+    record_target_trouble, target_pod_state, timed_out, unrecorded_job,
 };
 use crate::core::migration::{Action, Decision, GuestAt, Job, Observed, Phase, RouteAt};
 use crate::core::vm::{
@@ -138,6 +138,8 @@ impl Run {
             st.job_id = Some(id);
         }
         record_progress(st, source_status.as_ref());
+        let trouble = live(target_pod.as_ref()).and_then(launcher_trouble);
+        record_target_trouble(st, trouble.as_deref());
         if on_target {
             record_landing(st, target_status.as_ref(), self.local.paused_at(&self.key));
         }

@@ -28,6 +28,38 @@ impl Observed {
     }
 }
 
+/// Record in `st` what keeps the target launcher's containers from running (pure): condition
+/// `TargetLauncher` False with reason `LauncherFailing` and the trouble in words (see
+/// [`crate::core::launcher::launcher_trouble`]) — a migration waits in TargetScheduling for
+/// a target that crash-loops, and this says why —, True again once the trouble is gone.
+pub fn record_target_trouble(st: &mut VirtualMachineMigrationStatus, trouble: Option<&str>) {
+    use crate::core::vm::readiness::{condition, set_condition};
+    const TYPE: &str = "TargetLauncher";
+    match trouble {
+        Some(t) => set_condition(
+            &mut st.conditions,
+            condition(TYPE, false, "LauncherFailing", t, None),
+        ),
+        None if st
+            .conditions
+            .iter()
+            .any(|c| c.type_ == TYPE && c.status == "False") =>
+        {
+            set_condition(
+                &mut st.conditions,
+                condition(
+                    TYPE,
+                    true,
+                    "Running",
+                    "the target launcher's containers run",
+                    None,
+                ),
+            )
+        }
+        None => {}
+    }
+}
+
 /// Whether `p` exists for the migration (a pod being deleted counts as gone).
 pub fn live(p: Option<&Pod>) -> Option<&Pod> {
     p.filter(|p| p.metadata.deletion_timestamp.is_none())

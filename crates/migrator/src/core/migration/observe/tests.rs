@@ -255,3 +255,37 @@ fn the_landing_gives_the_pause_from_suspension_to_resume() {
     record_landing(&mut st, Some(&t), Some(10_000_000));
     assert_eq!(st.pause_ms, None);
 }
+
+#[test]
+fn a_failing_target_launcher_is_said_then_cleared() {
+    let mut st = VirtualMachineMigrationStatus::default();
+    // nothing wrong, nothing said
+    record_target_trouble(&mut st, None);
+    assert!(st.conditions.is_empty());
+    record_target_trouble(&mut st, Some("container libvirtd CrashLoopBackOff"));
+    let c = &st.conditions[0];
+    assert_eq!(
+        (
+            c.type_.as_str(),
+            c.status.as_str(),
+            c.reason.as_str(),
+            c.message.as_str()
+        ),
+        (
+            "TargetLauncher",
+            "False",
+            "LauncherFailing",
+            "container libvirtd CrashLoopBackOff"
+        )
+    );
+    // it recovered: True again, one condition
+    record_target_trouble(&mut st, None);
+    assert_eq!(st.conditions.len(), 1);
+    assert_eq!(
+        (
+            st.conditions[0].status.as_str(),
+            st.conditions[0].reason.as_str()
+        ),
+        ("True", "Running")
+    );
+}
