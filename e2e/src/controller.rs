@@ -422,7 +422,8 @@ impl Installed {
         self.wait_rolled_out();
     }
 
-    /// Wait until the Deployment's rollout is complete and one of its current pods leads.
+    /// Wait until the Deployment's rollout is complete (its old pods gone) and one of its
+    /// current pods leads.
     pub fn wait_rolled_out(&self) {
         self.kubectl(&[
             "rollout",
@@ -431,6 +432,26 @@ impl Installed {
             "--timeout=300s",
         ])
         .unwrap_or_else(|e| panic!("rollout: {e}\n{}", self.describe()));
+        // `rollout status` is done once the new pods are available; an old one may still be
+        // terminating (a standby's SIGTERM takes a moment, more so with a spare node to put
+        // its successor on): done means only the Deployment's replicas are left
+        crate::lab::wait_until_else(
+            Duration::from_secs(120),
+            "the old controller pods to be gone",
+            || {
+                let want = self.kubectl_json(&["get", &format!("deploy/{DEPLOYMENT}")])?["spec"]
+                    ["replicas"]
+                    .as_u64()?;
+                let pods = self.kubectl_json(&["get", "pods", "-l", POD_LABEL])?;
+                let pods = pods["items"].as_array()?;
+                (pods.len() as u64 == want
+                    && pods
+                        .iter()
+                        .all(|p| p["metadata"]["deletionTimestamp"].is_null()))
+                .then_some(())
+            },
+            || self.describe(),
+        );
         crate::lab::wait_until_else(
             Duration::from_secs(120),
             "a pod of the rolled-out Deployment to hold the Lease",
