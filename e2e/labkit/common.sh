@@ -60,7 +60,6 @@ node_index() { case $1 in node-a) echo 11 ;; node-b) echo 12 ;; node-c) echo 13 
 node_ns() { echo "roam-$1"; }
 node_dir() { echo "$LAB_DIR/$1"; }
 node_ip() { echo "10.213.0.$(node_index "$1")"; }
-node_pod_net() { echo "10.215.$(node_index "$1")"; }   # /24 of the stand-in bridge CNI
 node_tunnel_ip() { echo "10.214.0.$(node_index "$1")"; }
 node_ovs_db() { echo "unix:$(node_dir "$1")/fs_run/openvswitch/db.sock"; }
 

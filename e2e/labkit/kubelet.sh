@@ -2,12 +2,11 @@
 # the lab API server, plus kube-scheduler in the root namespace. Images come from local OCI
 # archives (build-images.sh); no registry is ever contacted.
 #
-# The nodes' CNI is chosen by ROAM_LAB_CNI:
-# - bridge (default for now): the CNI reference bridge plugin stands in as the nodes' network
-#   (pod net 10.215.<11|12>.0/24, routed between the nodes over the lab bridge);
-# - roam: roam-cni from this checkout ($CARGO_TARGET_DIR or $E2E/../target, debug/roam-cni, `cargo build -p roam-cni`)
-#   with 00-roam.conflist; pods then need roam-controller to publish their roam.dev/addresses.
-ROAM_LAB_CNI=${ROAM_LAB_CNI:-bridge}
+# The nodes' CNI is roam-cni, installed by roam's DaemonSet (deploy/cni-daemonset.yaml, applied
+# by roam_up): until it has written /etc/cni/net.d/00-roam.conflist a node is NotReady
+# (NetworkReady=false), as on any cluster before its CNI is installed; host-network pods
+# (roam-cni's own, roam-controller, the launchers) run meanwhile. /opt/cni/bin holds the
+# reference plugins only for containerd's loopback.
 
 SYSCTLS="vm.overcommit_memory kernel.panic kernel.panic_on_oops"
 
@@ -33,8 +32,8 @@ kubelet_pki() {
 }
 
 kubelet_configs() {
-  local n=$1 d pn other k
-  d=$(node_dir "$n"); pn=$(node_pod_net "$n")
+  local n=$1 d k
+  d=$(node_dir "$n")
   # the node's own credentials at kubeadm's paths, on its own disk: it cannot see the
   # control plane's directory (node_hidden_paths)
   k=$(bind_src "$n" /etc/kubernetes)
@@ -78,29 +77,10 @@ state = "/run/containerd"
     conf_dir = "/etc/cni/net.d"
     max_conf_num = 1
 EOF
-  case $ROAM_LAB_CNI in
-    bridge) rm -f "$(bind_src "$n" /etc/cni/net.d)/00-roam.conflist" "$(bind_src "$n" /opt/cni)/bin/roam-cni" ;;
-    roam) kubelet_roam_cni "$n" || return 1 ;;
-    *) die "ROAM_LAB_CNI=$ROAM_LAB_CNI: expected bridge or roam" ;;
-  esac
-  # stand-in CNI until roam-cni: a bridge per node, no NAT, routes between the nodes' pod nets
-  # (with ROAM_LAB_CNI=roam, 00-roam.conflist sorts first and containerd uses it instead)
-  cat > "$(bind_src "$n" /etc/cni/net.d)/10-lab-bridge.conflist" <<EOF
-{
-  "cniVersion": "0.4.0",
-  "name": "lab-bridge",
-  "plugins": [
-    {
-      "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-      "ipam": {
-        "type": "host-local",
-        "ranges": [[{"subnet": "$pn.0/24", "rangeStart": "$pn.10", "rangeEnd": "$pn.250", "gateway": "$pn.1"}]],
-        "routes": [{"dst": "0.0.0.0/0"}]
-      }
-    }
-  ]
-}
-EOF
+  # no CNI configuration until roam-cni's installer writes one (a stale one from an
+  # earlier lab goes)
+  rm -f "$(bind_src "$n" /etc/cni/net.d)"/*.conflist "$(bind_src "$n" /etc/cni/net.d)"/*.conf \
+    "$(bind_src "$n" /etc/cni/net.d)/roam-cni.kubeconfig" "$(bind_src "$n" /opt/cni)/bin/roam-cni"
   case ${ROAM_LAB_SECRET_STRATEGY:-Watch} in
     Watch|Get|Cache) ;;
     *) die "ROAM_LAB_SECRET_STRATEGY=$ROAM_LAB_SECRET_STRATEGY: expected Watch, Get or Cache" ;;
@@ -141,41 +121,6 @@ evictionHard:
   nodefs.inodesFree: "1%"
   imagefs.available: "1%"
 EOF
-  # pod-to-pod across the nodes
-  for other in $NODES; do
-    [ "$other" = "$n" ] && continue
-    ip -n "$(node_ns "$n")" route replace "$(node_pod_net "$other").0/24" via "$(node_ip "$other")"
-  done
-  ip route replace "$pn.0/24" via "$(node_ip "$n")"
-}
-
-# roam-cni as NODE's CNI: the binary from this checkout and 00-roam.conflist (sorts before the
-# stand-in's 10-lab-bridge.conflist; containerd uses the first). The plugin reads pods with the
-# node's own credentials (the Node authorizer lets a node get the pods bound to it) and talks
-# to the node's OVS at its stock socket, /run/openvswitch/db.sock in the node's mount namespace.
-kubelet_roam_cni() {
-  local n=$1 bin=${CARGO_TARGET_DIR:-$E2E/../target}/debug/roam-cni dir
-  [ -x "$bin" ] || { log "ROAM_LAB_CNI=roam needs $bin: run cargo build -p roam-cni"; return 1; }
-  dir=$(bind_src "$n" /opt/cni)/bin
-  cp "$bin" "$dir/.roam-cni.tmp" && mv -f "$dir/.roam-cni.tmp" "$dir/roam-cni"
-  dir=$(bind_src "$n" /etc/cni/net.d)
-  cat > "$dir/.00-roam.tmp" <<EOF
-{
-  "cniVersion": "1.0.0",
-  "cniVersions": ["1.0.0", "1.1.0"],
-  "name": "roam",
-  "plugins": [
-    {
-      "type": "roam-cni",
-      "kubeconfig": "/etc/kubernetes/kubelet.conf",
-      "ovsDb": "unix:/run/openvswitch/db.sock",
-      "bridge": "br-int",
-      "annotationTimeoutSeconds": 30
-    }
-  ]
-}
-EOF
-  mv -f "$dir/.00-roam.tmp" "$dir/00-roam.conflist"
 }
 
 kubelet_cgroups() {
@@ -211,6 +156,13 @@ kubelet_cgroups_remove() {
     [ -d "$c$n" ] && find "$c$n" -depth -type d -exec rmdir {} \; 2>/dev/null
   done
   return 0
+}
+
+node_registered() { # NODE START_EPOCH: a heartbeat from this kubelet (Ready or not: no CNI yet)
+  local r
+  r=$(kubectl --kubeconfig "$KUBECONFIG_PATH" get node "$1" -o \
+    jsonpath='{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}' 2>/dev/null) || return 1
+  [ -n "$r" ] && [ "$(date -d "$r" +%s)" -ge "$2" ]
 }
 
 node_ready() { # NODE START_EPOCH: Ready=True with a heartbeat from this kubelet
@@ -259,10 +211,9 @@ kubelet_up() {
       --v=2
   done
   for n in $NODES; do
-    wait_for 120 "node $n Ready" "$(node_dir "$n")/logs/kubelet.log" node_ready "$n" "$start" || return 1
-    kubectl --kubeconfig "$KUBECONFIG_PATH" taint node "$n" node.kubernetes.io/not-ready:NoSchedule- >/dev/null 2>&1 || true
+    wait_for 120 "node $n registered" "$(node_dir "$n")/logs/kubelet.log" node_registered "$n" "$start" || return 1
   done
-  log "nodes Ready in $(elapsed "$t0") s"
+  log "nodes registered in $(elapsed "$t0") s (Ready once roam-cni is installed)"
   # kubelet rewrites three host-wide sysctls a few seconds after it starts: put them back
   # (again on `down`).
   ( for _ in $(seq 1 200); do sysctls_restore; sleep 0.1; done ) >/dev/null 2>&1 9>&- &
@@ -296,7 +247,7 @@ kubelet_down() {
   # cgroups can only go once their processes are gone.
   for n in $NODES; do node_sweep "$n"; done
   sleep 0.2
-  for n in $NODES; do kubelet_cgroups_remove "$n"; ip route del "$(node_pod_net "$n").0/24" 2>/dev/null || true; done
+  for n in $NODES; do kubelet_cgroups_remove "$n"; done
   sysctls_restore
   rm -f "$LAB_DIR/sysctls-before"
 }

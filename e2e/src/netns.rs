@@ -13,6 +13,9 @@ use crate::ovn::vsctl;
 pub struct TestNetns {
     /// The namespace name.
     pub name: String,
+    /// A running pod's own namespace (see [`TestNetns::of_pod`]): dropping the name leaves
+    /// the namespace and the pod's processes alone.
+    pod: bool,
 }
 
 impl TestNetns {
@@ -26,7 +29,43 @@ impl TestNetns {
         let etc = PathBuf::from("/etc/netns").join(&name);
         std::fs::create_dir_all(&etc).expect("create /etc/netns entry");
         std::fs::write(etc.join("resolv.conf"), format!("# {name}\n")).expect("write resolv.conf");
-        TestNetns { name }
+        TestNetns { name, pod: false }
+    }
+
+    /// The network namespace of the running pod `ns/pod` on a lab node — as roam-cni plumbed
+    /// it — named `roam-t-<suffix>` for `ip netns exec` (a bind mount of the namespace of one
+    /// of the pod's processes, found through the pod's cgroup on its node). The host's tools
+    /// run in it (ping, python3) as in a test's own namespace.
+    pub fn of_pod(lab: &Lab, ns: &str, pod: &str, suffix: &str) -> TestNetns {
+        // Running: its sandbox is plumbed and its containers started
+        let p: serde_json::Value = wait_until(
+            Duration::from_secs(120),
+            &format!("pod {ns}/{pod} Running"),
+            || {
+                let out =
+                    crate::lab::try_kubectl(lab, &["-n", ns, "get", "pod", pod, "-o", "json"])
+                        .ok()?;
+                let p: serde_json::Value = serde_json::from_str(&out).ok()?;
+                (p["status"]["phase"] == "Running").then_some(p)
+            },
+        );
+        let uid = p["metadata"]["uid"]
+            .as_str()
+            .expect("a pod's uid")
+            .to_string();
+        let node = p["spec"]["nodeName"]
+            .as_str()
+            .unwrap_or_else(|| panic!("pod {ns}/{pod} is not scheduled"))
+            .to_string();
+        let pid = wait_until(
+            Duration::from_secs(120),
+            &format!("a running process of pod {ns}/{pod} on {node}"),
+            || pod_pid(&node, &uid),
+        );
+        let name = format!("roam-t-{suffix}");
+        let _ = try_run("ip", &["netns", "del", &name]);
+        run("ip", &["netns", "attach", &name, &pid]);
+        TestNetns { name, pod: true }
     }
 
     /// Run a program inside the namespace; panic on failure.
@@ -99,15 +138,48 @@ sys.exit(0 if bytes(got) == data else 1)
 
 impl Drop for TestNetns {
     fn drop(&mut self) {
-        // whatever a test left running in it (a DHCP client daemon, a pinger) goes with it
+        // whatever a test left running in it (a DHCP client daemon, a pinger) goes with it;
+        // a pod's own processes stay
         if let Ok(pids) = try_run("ip", &["netns", "pids", &self.name]) {
             for pid in pids.split_whitespace() {
+                let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"));
+                if self.pod && cgroup.is_ok_and(|c| c.contains("/kubepods")) {
+                    continue;
+                }
                 let _ = try_run("kill", &["-9", pid]);
             }
         }
         let _ = try_run("ip", &["netns", "del", &self.name]);
         let _ = std::fs::remove_dir_all(PathBuf::from("/etc/netns").join(&self.name));
     }
+}
+
+/// A process of the pod with `uid` on `node`: the first in its cgroup (pids hierarchy, under
+/// the node's kubelet's cgroupRoot `/<node>`).
+fn pod_pid(node: &str, uid: &str) -> Option<String> {
+    fn find(dir: &std::path::Path, want: &str) -> Option<PathBuf> {
+        for e in std::fs::read_dir(dir).ok()?.flatten() {
+            let path = e.path();
+            if !path.is_dir() {
+                continue;
+            }
+            if e.file_name().to_string_lossy() == want {
+                return Some(path);
+            }
+            if let Some(found) = find(&path, want) {
+                return Some(found);
+            }
+        }
+        None
+    }
+    let pod_dir = find(
+        &PathBuf::from(format!("/sys/fs/cgroup/pids/{node}/kubepods")),
+        &format!("pod{uid}"),
+    )?;
+    std::fs::read_dir(pod_dir).ok()?.flatten().find_map(|c| {
+        let procs = std::fs::read_to_string(c.path().join("cgroup.procs")).ok()?;
+        procs.split_whitespace().next().map(str::to_string)
+    })
 }
 
 /// Attach a test namespace to OVN on `node`: an OVS internal port on the node's `br-int`

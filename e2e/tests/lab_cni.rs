@@ -243,10 +243,7 @@ impl Env {
     /// Remove every attachment of this network from both nodes (a killed run's leftovers).
     fn sweep(&self) -> Vec<String> {
         let mut failed = vec![];
-        for (node, name) in ["node-a", "node-b"]
-            .into_iter()
-            .flat_map(|n| [(n, NET), (n, NODE_NET_NAME)])
-        {
+        for (node, name) in ["node-a", "node-b"].into_iter().map(|n| (n, NET)) {
             let conf = self
                 .conf(json!({"kubeconfig": null, "cni.dev/valid-attachments": [], "name": name}));
             let out = invoke_cni(
@@ -1033,61 +1030,6 @@ fn status_version_gc_and_bad_input() {
     assert!(ns5.try_run("ip", &["link", "show", "eth0"]).is_err());
 }
 
-/// roam-cni installed as both nodes' CNI (binary in /opt/cni/bin, `00-roam.conflist` sorting
-/// before the stand-in's `10-lab-bridge.conflist`); dropping it restores the stand-in.
-struct RoamAsNodeCni {
-    files: Vec<std::path::PathBuf>,
-}
-
-/// The CNI network name of the real-node test (its attachments' `roam.dev/cni-network`).
-const NODE_NET_NAME: &str = "h6-lab";
-
-impl RoamAsNodeCni {
-    fn install(lab: &Lab) -> RoamAsNodeCni {
-        let mut g = RoamAsNodeCni { files: vec![] };
-        let bin = roam_e2e::cni_binary();
-        for node in ["node-a", "node-b"] {
-            let dir = lab.dir().join(node);
-            let bin_dir = dir.join("fs_opt_cni/bin");
-            std::fs::copy(&bin, bin_dir.join(".roam-cni.tmp")).expect("copy roam-cni");
-            std::fs::rename(bin_dir.join(".roam-cni.tmp"), bin_dir.join("roam-cni"))
-                .expect("install roam-cni");
-            g.files.push(bin_dir.join("roam-cni"));
-            let conf_dir = dir.join("fs_etc_cni_net.d");
-            let conflist = json!({
-                "cniVersion": "1.0.0",
-                "cniVersions": ["1.0.0", "1.1.0"],
-                "name": NODE_NET_NAME,
-                "plugins": [{
-                    "type": "roam-cni",
-                    // the node's own credentials, as the labkit's ROAM_LAB_CNI=roam uses:
-                    // the Node authorizer lets a node get the pods bound to it
-                    "kubeconfig": "/etc/kubernetes/kubelet.conf",
-                    "ovsDb": "unix:/run/openvswitch/db.sock",
-                    // short: other tests' pods created meanwhile fail fast and retry
-                    "annotationTimeoutSeconds": 5,
-                }],
-            });
-            // written aside (containerd ignores *.tmp), then renamed into place
-            let tmp = conf_dir.join(".00-roam.tmp");
-            std::fs::write(&tmp, serde_json::to_string_pretty(&conflist).unwrap())
-                .expect("write the conflist");
-            std::fs::rename(&tmp, conf_dir.join("00-roam.conflist")).expect("install the conflist");
-            // the conflist first: removed first on drop
-            g.files.insert(0, conf_dir.join("00-roam.conflist"));
-        }
-        g
-    }
-}
-
-impl Drop for RoamAsNodeCni {
-    fn drop(&mut self) {
-        for f in &self.files {
-            let _ = std::fs::remove_file(f);
-        }
-    }
-}
-
 /// A busybox pod on `node` with `annotation` set at creation.
 fn node_pod(name: &str, node: &str, annotation: Option<&str>) -> Pod {
     let mut meta = json!({"name": name, "labels": {"roam.dev/e2e": "h6-cni"}});
@@ -1151,8 +1093,7 @@ fn pod_ip(pods: &Api<Pod>, rt: &tokio::runtime::Runtime, name: &str) -> Option<S
     st.pod_ip
 }
 
-/// Deletes the pods it names, and waits until they are gone, when dropped: declared after
-/// [`RoamAsNodeCni`], it runs first, so the pods' DEL still goes to roam-cni.
+/// Deletes the pods it names, and waits until they are gone, when dropped.
 struct DeletePods<'a> {
     env: &'a Env,
     names: Vec<String>,
@@ -1228,8 +1169,40 @@ fn real_nodes_get_pod_interfaces_from_roam_cni_through_containerd() {
     }
 
     ensure_images(&lab);
-    // --- the window in which roam-cni is the nodes' CNI: as short as the pods' lives ---
-    let guard = RoamAsNodeCni::install(&lab);
+    // roam-cni is the nodes' CNI, installed by roam's DaemonSet (e2e/lab up applies deploy/):
+    // its installer's conflist is the node's only one, with the plugin's own kubeconfig
+    for node in ["node-a", "node-b"] {
+        let conf_dir = lab.node_path(node, "/etc/cni/net.d");
+        let mut files: Vec<String> = std::fs::read_dir(&conf_dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", conf_dir.display()))
+            .flatten()
+            .map(|f| f.file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        assert_eq!(
+            files,
+            ["00-roam.conflist", "roam-cni.kubeconfig"],
+            "{node}: what roam-cni's installer wrote, nothing else"
+        );
+        let list: Value = serde_json::from_slice(
+            &std::fs::read(conf_dir.join("00-roam.conflist")).expect("read the conflist"),
+        )
+        .expect("the conflist is JSON");
+        let mut plugin = list["plugins"][0].clone();
+        plugin["name"] = list["name"].clone();
+        plugin["cniVersion"] = list["cniVersion"].clone();
+        let conf = roam_cni::config::parse_conf(
+            roam_cni::config::Command::Add,
+            plugin.to_string().as_bytes(),
+        )
+        .unwrap_or_else(|e| panic!("{node}: {e}: {list}"));
+        assert_eq!(
+            conf.kubeconfig.as_deref(),
+            Some(std::path::Path::new("/etc/cni/net.d/roam-cni.kubeconfig")),
+            "{node}: the DaemonSet's ServiceAccount, written by its installer"
+        );
+        assert_eq!(conf.ovs_db, "unix:/run/openvswitch/db.sock");
+    }
     let mut pods_guard = DeletePods {
         env: &env,
         names: names.iter().map(|n| n.to_string()).collect(),
@@ -1265,7 +1238,7 @@ fn real_nodes_get_pod_interfaces_from_roam_cni_through_containerd() {
             }
         })
         .collect();
-    // containerd picked up the new conflist: the addresses are roam's, not the stand-in's
+    // the addresses of the pods' annotations
     assert_eq!(ips, vec!["100.131.1.1", "100.131.1.2"], "pod IPs");
     let link = kubectl(&["exec", names[0], "--", "ip", "addr", "show", "eth0"]).unwrap();
     assert!(link.contains("inet 100.131.1.1/32"), "{link}");
@@ -1351,50 +1324,8 @@ fn real_nodes_get_pod_interfaces_from_roam_cni_through_containerd() {
                 (link.is_err() && port.trim().is_empty()).then_some(())
             },
         );
-        let ours = vsctl(
-            &lab.node(node),
-            &[
-                "--bare",
-                "--columns=name",
-                "find",
-                "interface",
-                &format!("external_ids:\"roam.dev/cni-network\"={NODE_NET_NAME}"),
-            ],
-        );
-        assert_eq!(ours.trim(), "", "{node}: attachments left");
     }
     drop(pods_guard);
-    drop(guard);
-    // --- window closed: the stand-in bridge CNI is the nodes' CNI again ---
-    for node in ["node-a", "node-b"] {
-        let d = lab.dir().join(node);
-        assert!(!d.join("fs_etc_cni_net.d/00-roam.conflist").exists());
-        assert!(d.join("fs_etc_cni_net.d/10-lab-bridge.conflist").exists());
-    }
-    // and containerd reloaded it: a new pod gets the stand-in's address again
-    ensure_images(&lab);
-    let probe = "h6-pod-after";
-    env.rt
-        .block_on(
-            env.pods
-                .create(&PostParams::default(), &node_pod(probe, "node-a", None)),
-        )
-        .expect("create the probe pod");
-    let ip = wait_until(Duration::from_secs(120), "the probe pod to run", || {
-        pod_ip(&env.pods, &env.rt, probe)
-    });
-    let _ = env
-        .rt
-        .block_on(env.pods.delete(probe, &DeleteParams::default()));
-    assert!(ip.starts_with("10.215.11."), "stand-in CNI again: {ip}");
-    wait_until(Duration::from_secs(120), "the probe pod to be gone", || {
-        env.rt
-            .block_on(env.pods.get_opt(probe))
-            .ok()
-            .flatten()
-            .is_none()
-            .then_some(())
-    });
     drop(net);
 }
 
@@ -1423,59 +1354,4 @@ fn the_node_installer_manifest_is_accepted_by_the_api_server() {
         assert!(out.contains(object), "{object} not in {out}");
     }
     assert_eq!(out.matches("(server dry run)").count(), 4, "{out}");
-}
-
-/// `ROAM_LAB_CNI=roam` in the labkit (`kubelet_roam_cni`), run against a scratch lab
-/// directory: the binary of this checkout and a conflist whose plugin roam-cni accepts, with
-/// the node's own kubeconfig.
-#[test]
-fn the_labkit_switch_installs_roam_cni_with_a_conflist_it_accepts() {
-    let bin = roam_e2e::cni_binary();
-    let dir = std::env::temp_dir().join(format!("h6-labkit-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let labkit = concat!(env!("CARGO_MANIFEST_DIR"), "/labkit");
-    let script = format!(
-        "set -euo pipefail; . {labkit}/common.sh; KDIR=$LAB_DIR/kube; . {labkit}/kubelet.sh; \
-         mkdir -p \"$(bind_src node-a /opt/cni)/bin\" \"$(bind_src node-a /etc/cni/net.d)\"; \
-         kubelet_roam_cni node-a"
-    );
-    let out = std::process::Command::new("bash")
-        .args(["-c", &script])
-        .env("ROAM_LAB_DIR", &dir)
-        .output()
-        .expect("run bash");
-    let cleanup = || std::fs::remove_dir_all(&dir).ok();
-    if !out.status.success() {
-        cleanup();
-        panic!("kubelet_roam_cni: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let installed = dir.join("node-a/fs_opt_cni/bin/roam-cni");
-    let same = std::fs::read(&installed).ok() == std::fs::read(&bin).ok();
-    let list: Value = serde_json::from_slice(
-        &std::fs::read(dir.join("node-a/fs_etc_cni_net.d/00-roam.conflist")).unwrap(),
-    )
-    .expect("the conflist is JSON");
-    let leftovers: Vec<String> = std::fs::read_dir(dir.join("node-a/fs_etc_cni_net.d"))
-        .unwrap()
-        .flatten()
-        .map(|f| f.file_name().to_string_lossy().into_owned())
-        .collect();
-    cleanup();
-    assert!(same, "the checkout's roam-cni is installed");
-    assert_eq!(leftovers, vec!["00-roam.conflist"], "nothing half-written");
-    let mut plugin = list["plugins"][0].clone();
-    plugin["name"] = list["name"].clone();
-    plugin["cniVersion"] = list["cniVersion"].clone();
-    let conf = roam_cni::config::parse_conf(
-        roam_cni::config::Command::Add,
-        plugin.to_string().as_bytes(),
-    )
-    .unwrap_or_else(|e| panic!("{e}: {list}"));
-    assert_eq!(
-        conf.kubeconfig.unwrap(),
-        std::path::Path::new("/etc/kubernetes/kubelet.conf"),
-        "the node's own credentials, on its own disk"
-    );
-    assert_eq!(conf.ovs_db, "unix:/run/openvswitch/db.sock");
 }

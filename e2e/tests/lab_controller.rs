@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use roam_e2e::{
     ControllerProcess, Lab, LabNetwork, TestNetns, VmCleanup, apply_crds, kubectl, nbctl,
-    plug_netns, try_kubectl, try_run, wait_until, wait_until_else,
+    try_kubectl, try_run, wait_until, wait_until_else,
 };
 use serde_json::{Value, json};
 
@@ -494,34 +494,27 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
         },
     );
 
-    // traffic reaches web on node-b from a client on node-a (test namespaces stand in for
-    // the pods' interfaces, plumbed as their published ports)
+    // traffic reaches web on node-b from a client on node-a: the pods as roam-cni (the
+    // nodes' CNI) plumbed them from the published addresses
     create(
         &lab,
         "create",
         &[pod(ns, "client", "node-a", json!({}), json!({}))],
     );
     let cli = wait_published(&lab, &c2, ns, "client");
-    let web_ns = TestNetns::new("h5web");
-    let cli_ns = TestNetns::new("h5cli");
-    plug_netns(
-        &lab.node("node-b"),
-        &web_ns,
-        "h5web",
-        web2["port"].as_str().unwrap(),
-        &web_mac,
-        &web_ip,
-        "100.140.1.1",
-    );
-    plug_netns(
-        &lab.node("node-a"),
-        &cli_ns,
-        "h5cli",
-        cli["port"].as_str().unwrap(),
-        cli["mac"].as_str().unwrap(),
-        cli["ip"].as_str().unwrap(),
-        "100.140.1.1",
-    );
+    let web_ns = TestNetns::of_pod(&lab, ns, "web", "h5web");
+    let cli_ns = TestNetns::of_pod(&lab, ns, "client", "h5cli");
+    for (netns, ip) in [
+        (&web_ns, web_ip.as_str()),
+        (&cli_ns, cli["ip"].as_str().unwrap()),
+    ] {
+        let shown = netns.run("ip", &["-4", "-o", "addr", "show", "eth0"]);
+        assert!(
+            shown.contains(&format!("inet {ip}/32")),
+            "{}: {shown}",
+            netns.name
+        );
+    }
     wait_until(LONG, "client on node-a pings web on node-b", || {
         cli_ns.ping_once(&web_ip).then_some(())
     });

@@ -1,7 +1,8 @@
 //! The lab's nodes are real: pods created through the API are placed by kube-scheduler,
-//! started by each node's kubelet and containerd from local images, serve logs and exec
-//! through the API server, reach each other across the nodes, and leave nothing behind on
-//! the node when deleted.
+//! started by each node's kubelet and containerd from local images, plumbed by the nodes'
+//! CNI — roam-cni, installed by roam's DaemonSet — with the addresses the installed
+//! roam-controller claimed, serve logs and exec through the API server, reach each other
+//! across the nodes, and leave nothing behind on the node when deleted.
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, LogParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
-use roam_e2e::{Lab, run, try_run, wait_until};
+use roam_e2e::{Lab, VmCleanup, run, try_run, wait_until};
 use serde_json::json;
 
 fn kubectl(lab: &Lab, args: &[&str]) -> String {
@@ -44,11 +45,17 @@ fn node_containers(lab: &Lab, node: &str) -> String {
     )
 }
 
+/// The test's overlay Network (its pods name it: other Networks may exist).
+const NET: &str = "lab-nodes";
+
 fn busybox_pod(name: &str, node: &str, message: &str) -> Pod {
+    let interfaces =
+        format!(r#"[{{"mode":"overlay","network":"{NET}","interface":{{"name":"eth0"}}}}]"#);
     serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": {"roam.dev/e2e": "lab-nodes"}},
+        "metadata": {"name": name, "labels": {"roam.dev/e2e": "lab-nodes"},
+                     "annotations": {"roam.dev/interfaces": interfaces}},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": node},
             "terminationGracePeriodSeconds": 1,
@@ -100,7 +107,16 @@ async fn pods_run_on_both_nodes_with_logs_exec_and_cleanup() {
     let lab = Lab::get();
     let client = lab.kube_client().await;
     let ns = format!("e2e-nodes-{}", std::process::id());
-    roam_e2e::create_test_namespace(&lab, &ns);
+    // served by the installed roam (not a test namespace): roam-cni plumbs the pods
+    let _cleanup = VmCleanup::new(&lab).namespace(&ns).network(NET).cleaned();
+    kubectl(&lab, &["create", "namespace", &ns]);
+    roam_e2e::kubectl_manifest(
+        &lab,
+        "create",
+        &json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network", "metadata": {"name": NET},
+                "spec": {"subnet": "100.161.0.0/24", "transitSubnet": "169.254.161.0/24"}}),
+    )
+    .expect("create the Network");
     // the namespace's default ServiceAccount (kube-controller-manager) must exist first
     wait_until(Duration::from_secs(60), "default ServiceAccount", || {
         try_run(
@@ -154,6 +170,17 @@ async fn pods_run_on_both_nodes_with_logs_exec_and_cleanup() {
             .as_ref()
             .and_then(|s| s.pod_ip.clone())
             .expect("pod IP");
+        // the address roam claimed and published, as roam-cni reported it to the runtime
+        let published = pod
+            .annotations()
+            .get("roam.dev/addresses")
+            .cloned()
+            .unwrap_or_default();
+        assert!(ip.starts_with("100.161.0."), "{name}: pod IP {ip}");
+        assert!(
+            published.contains(&format!("\"ip\":\"{ip}\"")),
+            "{name}: pod IP {ip} is the published one: {published}"
+        );
         ips.push(ip);
 
         // logs through the API server from the node's kubelet
@@ -233,5 +260,4 @@ async fn pods_run_on_both_nodes_with_logs_exec_and_cleanup() {
             || (!node_containers(&lab, node).contains(&cid)).then_some(()),
         );
     }
-    kubectl(&lab, &["delete", "namespace", &ns, "--wait=false"]);
 }

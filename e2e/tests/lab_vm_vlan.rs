@@ -25,7 +25,7 @@ mod migration_fixture;
 
 use migration_fixture::{apply_crds, create, events_in, get, kubectl, switchover_ms, try_kubectl};
 use roam_e2e::{
-    ControllerProcess, Lab, Pinger, TestNetns, VlanTor, VmCleanup, plug_netns, try_run, wait_until,
+    ControllerProcess, Lab, Pinger, TestNetns, VlanTor, VmCleanup, try_run, wait_until,
 };
 use serde_json::{Value, json};
 
@@ -464,7 +464,7 @@ fn vms_on_vlans_and_with_two_interfaces_live_migrate_keeping_their_addresses() {
     wait_until(LONG, "the ToR reaches v8vm2's eth1 on VLAN 151", || {
         tor.ping_once(&vlan_ip).then_some(())
     });
-    // an overlay client (a pod's address plumbed into a test namespace on node-b)
+    // an overlay client: a pod on node-b, plumbed by roam-cni (the nodes' CNI)
     create(
         &lab,
         &[json!({"apiVersion": "v1", "kind": "Pod",
@@ -481,15 +481,17 @@ fn vms_on_vlans_and_with_two_interfaces_live_migrate_keeping_their_addresses() {
                 .ok()?;
         a.first().cloned()
     });
-    let cli_ns = TestNetns::new("v8cli");
-    plug_netns(
-        &lab.node("node-b"),
-        &cli_ns,
-        "v8cli",
-        cli["port"].as_str().unwrap(),
-        cli["mac"].as_str().unwrap(),
-        cli["ip"].as_str().unwrap(),
-        OVL_GW,
+    let cli_ns = TestNetns::of_pod(&lab, NS, "v8client", "v8cli");
+    let cli_ip = cli["ip"].as_str().unwrap();
+    let shown = cli_ns.run("ip", &["-4", "-o", "addr", "show", "eth0"]);
+    assert!(
+        shown.contains(&format!("inet {cli_ip}/32")),
+        "roam-cni plumbed the client pod with its address {cli_ip}: {shown}"
+    );
+    let routes = cli_ns.run("ip", &["-4", "route", "show"]);
+    assert!(
+        routes.contains(&format!("default via {OVL_GW} dev eth0")),
+        "the client's default route is the Network's gateway: {routes}"
     );
     wait_until(LONG, "the overlay client reaches v8vm2's eth0", || {
         cli_ns.ping_once(&ovl_ip).then_some(())

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use roam_e2e::{Installed, Lab, LabNetwork, TestNetns, VmCleanup, plug_netns, wait_until};
+use roam_e2e::{Installed, Lab, LabNetwork, TestNetns, VmCleanup, wait_until};
 pub use roam_e2e::{apply_crds, kubectl, try_kubectl};
 use serde_json::{Value, json};
 
@@ -369,7 +369,7 @@ pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
             .then_some(())
     });
 
-    // a client on node-a: a pod's address, plumbed into a test namespace
+    // a client on node-a: a pod roam-cni (the node's CNI) plumbed with its address
     create(
         &lab,
         &[json!({"apiVersion": "v1", "kind": "Pod",
@@ -384,15 +384,12 @@ pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
                 .ok()?;
         a.first().cloned()
     });
-    let cli_ns = TestNetns::new(n.cli);
-    plug_netns(
-        &lab.node("node-a"),
-        &cli_ns,
-        n.cli,
-        cli["port"].as_str().unwrap(),
-        cli["mac"].as_str().unwrap(),
-        cli["ip"].as_str().unwrap(),
-        n.gw,
+    let cli_ns = TestNetns::of_pod(&lab, ns, "client", n.cli);
+    let ip_cli = cli["ip"].as_str().unwrap();
+    let shown = cli_ns.run("ip", &["-4", "-o", "addr", "show", "eth0"]);
+    assert!(
+        shown.contains(&format!("inet {ip_cli}/32")),
+        "the client pod's eth0 carries its published address {ip_cli}: {shown}"
     );
     wait_until(LONG, "the client pings the guest", || {
         cli_ns.ping_once(&ip).then_some(())
