@@ -1000,6 +1000,41 @@ fn status_version_gc_and_bad_input() {
     );
     assert_eq!(env.leftovers("node-a", "h6c5"), Vec::<String>::new());
 
+    // a pod roam-controller refused (its roam.dev/error, no addresses): said at once, with
+    // the controller's reason, not after the annotation timeout
+    env.pod("h6-refused", None);
+    roam_e2e::kubectl(
+        &env.lab,
+        &[
+            "-n",
+            &env.k8s_ns,
+            "annotate",
+            "pod",
+            "h6-refused",
+            "roam.dev/error=no overlay Network: create one",
+        ],
+    );
+    let started = std::time::Instant::now();
+    let out = env.cni(
+        "node-a",
+        "ADD",
+        "h6c5",
+        &ns5.path,
+        "h6-refused",
+        &env.conf(json!({"annotationTimeoutSeconds": 600})),
+    );
+    let (s, c, msg) = error_of(&out);
+    assert_eq!((s, c), (1, 107), "{out:?}");
+    assert!(
+        msg.contains("gives pod") && msg.contains("no overlay Network: create one"),
+        "{msg}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(300),
+        "answered before the 600 s annotation timeout"
+    );
+    assert_eq!(env.leftovers("node-a", "h6c5"), Vec::<String>::new());
+
     // a malformed annotation
     env.pod("h6-bad", Some(r#"[{"name": "eth0"}]"#));
     let out = env.cni("node-a", "ADD", "h6c5", &ns5.path, "h6-bad", &conf);

@@ -40,6 +40,8 @@ pub mod code {
     pub const NO_SUCH_INTERFACE: u32 = 105;
     /// roam: removing an attachment (DEL, GC, or what an earlier ADD left) failed midway.
     pub const CLEANUP_INCOMPLETE: u32 = 106;
+    /// roam: roam-controller refused the pod addresses (its `roam.dev/error` annotation).
+    pub const REFUSED: u32 = 107;
 }
 
 /// What went wrong; each variant maps to one CNI error code ([`Error::code`]).
@@ -103,6 +105,18 @@ pub enum Error {
         annotation: &'static str,
         /// How long we waited.
         waited_secs: u64,
+    },
+    /// roam-controller published no addresses for the pod and said why (`roam.dev/error`):
+    /// its `roam.dev/interfaces` asks for something no Network gives, or its range is
+    /// exhausted. Reported at once rather than after the annotation timeout.
+    #[error("roam-controller gives pod {namespace}/{pod} no addresses: {reason}")]
+    Refused {
+        /// The pod's namespace.
+        namespace: String,
+        /// The pod's name.
+        pod: String,
+        /// The controller's message.
+        reason: String,
     },
     /// The annotation is there but malformed.
     #[error("pod {namespace}/{pod}: {source}")]
@@ -202,6 +216,7 @@ impl Error {
             | Error::OvsdbUnreachable { .. }
             | Error::KubeUnreachable(_) => TRY_AGAIN_LATER,
             Error::BadAnnotation { .. } => BAD_ANNOTATION,
+            Error::Refused { .. } => REFUSED,
             Error::NoSuchInterface { .. } => NO_SUCH_INTERFACE,
             Error::Kube(_) => KUBE_API,
             Error::CleanupIncomplete { .. } => CLEANUP_INCOMPLETE,
@@ -229,6 +244,7 @@ impl Error {
             | Error::InvalidConfig { .. }
             | Error::NetnsGone { .. }
             | Error::BadAnnotation { .. }
+            | Error::Refused { .. }
             | Error::NoSuchInterface { .. }
             // the kubeconfig is unusable, the pod does not exist, or the API server refused
             // (4xx): retrying does not help (unreachable is KubeUnreachable)
@@ -275,6 +291,10 @@ impl Error {
             Error::BadAnnotation { .. } => {
                 "the controller wrote an annotation roam-cni cannot use; nothing was plumbed".into()
             }
+            Error::Refused { .. } => "fix the pod's roam.dev/interfaces or the Network it \
+                names (the pod's Events say the same); the runtime retries, and the pod starts \
+                once roam-controller publishes its addresses"
+                .into(),
             Error::NoSuchInterface { .. } => "roam-cni plumbs every interface the annotation \
                 lists in one ADD; CNI_IFNAME must be one of them (normally eth0)"
                 .into(),

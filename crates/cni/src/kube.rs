@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use roam_contract::keys::ADDRESSES;
+use roam_contract::keys::{ADDRESSES, ERROR_ANNOTATION};
 
 use crate::error::{Error, Result};
 
@@ -22,7 +22,8 @@ async fn client(kubeconfig: &Path) -> Result<kube::Client> {
 }
 
 /// The pod's `roam.dev/addresses` value, once it is there; waits at most `timeout`.
-/// A pod that does not exist, or a request the API server refuses, is an error at once;
+/// A pod that does not exist, a pod roam-controller refused (`roam.dev/error` without
+/// addresses), or a request the API server refuses, is an error at once;
 /// an API server that does not answer is retried until the deadline.
 pub async fn wait_addresses(
     kubeconfig: &Path,
@@ -40,13 +41,16 @@ pub async fn wait_addresses(
         match tokio::time::timeout(left.max(Duration::from_millis(1)), pods.get_opt(name)).await {
             Ok(Ok(Some(pod))) => {
                 last_error = None;
-                if let Some(v) = pod
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(ADDRESSES))
-                {
+                let annotations = pod.metadata.annotations.unwrap_or_default();
+                if let Some(v) = annotations.get(ADDRESSES) {
                     return Ok(v.clone());
+                }
+                if let Some(reason) = annotations.get(ERROR_ANNOTATION) {
+                    return Err(Error::Refused {
+                        namespace: namespace.into(),
+                        pod: name.into(),
+                        reason: reason.clone(),
+                    });
                 }
             }
             Ok(Ok(None)) => {

@@ -381,6 +381,14 @@ fn every_error_has_its_code() {
             code::BAD_ANNOTATION,
         ),
         (Error::Kube("k".into()), code::KUBE_API),
+        (
+            Error::Refused {
+                namespace: "n".into(),
+                pod: "p".into(),
+                reason: "no Network".into(),
+            },
+            code::REFUSED,
+        ),
         (Error::KubeUnreachable("k".into()), code::TRY_AGAIN_LATER),
         (
             Error::CleanupIncomplete {
@@ -456,7 +464,7 @@ fn every_error_has_its_code() {
 #[test]
 fn bad_input_and_its_code_agree() {
     use roam_contract::annotation::AnnotationError;
-    const BAD_INPUT_CODES: [u32; 8] = [
+    const BAD_INPUT_CODES: [u32; 9] = [
         code::INCOMPATIBLE_VERSION,
         code::UNKNOWN_CONTAINER,
         code::INVALID_ENV,
@@ -465,6 +473,7 @@ fn bad_input_and_its_code_agree() {
         code::BAD_ANNOTATION,
         code::KUBE_API,
         code::NO_SUCH_INTERFACE,
+        code::REFUSED,
     ];
     let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
     let s = || "x".to_string();
@@ -521,6 +530,14 @@ fn bad_input_and_its_code_agree() {
             true,
         ),
         (Error::Kube(s()), true),
+        (
+            Error::Refused {
+                namespace: s(),
+                pod: s(),
+                reason: s(),
+            },
+            true,
+        ),
         (Error::Stdin(io()), false),
         (
             Error::AnnotationTimeout {
