@@ -1,8 +1,8 @@
-//! Live migration end to end on the lab, through the Kubernetes API only: roam-controller
-//! (child process) runs a VirtualMachine in a real launcher pod started by the real kubelet
-//! (roam-shim in `lab.local/roam-launcher:dev`, the node's libvirtd over the mounted socket);
-//! the guest gets its /32 lease from OVN (serial log) and answers ping and a TCP echo stream
-//! from a client namespace on OVN. `roam.dev/migrate-to=node-b` ends Succeeded with the same
+//! Live migration end to end on the lab, through the Kubernetes API only: the installed
+//! roam-controller runs a VirtualMachine in a real launcher pod started by the real kubelet
+//! (roam-shim and the pod's own libvirtd in `lab.local/roam-launcher:dev`); the guest gets
+//! its /32 lease from OVN (serial log) and answers ping and a TCP echo stream from a client
+//! pod on node-a (plumbed by roam-cni, the nodes' CNI). `roam.dev/migrate-to=node-b` ends Succeeded with the same
 //! IP and MAC, the source pod gone, the Address's host node-b, ping answered and the TCP
 //! stream alive (no reset, every byte echoed); then it migrates back. Bad requests (a
 //! malformed annotation, a missing node, the node it is on, `auto` with the only other node
@@ -41,6 +41,13 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
 
     let mtu = wait_until(LONG, "the guest's MTU over HTTP", || guest_mtu(cli_ns, &ip));
     assert_eq!(mtu, 1400, "a Network's default MTU, from the DHCP lease");
+
+    // a rolling update of roam's node DaemonSet (roam-cni) while the VM runs: it keeps
+    // running in the same pod with its address, its TCP stream and the client pod's
+    // connectivity survive, new pods are plumbed by the new installers, and the VM migrates
+    // afterwards (the round trip below)
+    roll_node_daemonset(&lab, cli_ns, &ip, &mac);
+
     for (to, from) in [("node-b", "node-a"), ("node-a", "node-b")] {
         let before = vm(&lab, &H8)["status"].clone();
         let (stream, stop) = Stream::start(&lab, cli_ns, &ip);
@@ -125,7 +132,7 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
                 "1400-byte DF pings across nodes"
             );
             // the client's own interface takes 1500: the path drops it, not the sender
-            cli_ns.run("ip", &["link", "set", H8.cli, "mtu", "1500"]);
+            cli_ns.run("ip", &["link", "set", "eth0", "mtu", "1500"]);
             assert_eq!(
                 cli_ns.df_pings(&ip, 1500),
                 Ok(0),
@@ -304,6 +311,124 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
     wait_until(LONG, "the guest answers after its reboot", || {
         cli_ns.ping_once(&ip).then_some(())
     });
+}
+
+/// `kubectl -n kube-system rollout restart ds/roam-cni` with the H8 VM running and a TCP
+/// stream from the client pod to it; checks what must not change.
+fn roll_node_daemonset(lab: &Lab, cli_ns: &roam_e2e::TestNetns, ip: &str, mac: &str) {
+    let ds_pods = || -> Vec<String> {
+        let l = get(
+            lab,
+            &[
+                "-n",
+                "kube-system",
+                "get",
+                "pods",
+                "-l",
+                "app.kubernetes.io/name=roam-cni",
+            ],
+        )
+        .expect("roam-cni's pods");
+        let mut names: Vec<String> = l["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_string))
+            .collect();
+        names.sort();
+        names
+    };
+    let before_pods = ds_pods();
+    let before = vm(lab, &H8)["status"].clone();
+    let launcher = |name: &str| get(lab, &["-n", NS, "get", "pod", name]);
+    let restarts = |p: &serde_json::Value| -> Vec<u64> {
+        p["status"]["containerStatuses"]
+            .as_array()
+            .map(|c| {
+                c.iter()
+                    .filter_map(|c| c["restartCount"].as_u64())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let pod_name = before["pod"].as_str().expect("the VM's pod").to_string();
+    let restarts_before = restarts(&launcher(&pod_name).expect("the launcher pod"));
+    let (stream, stop) = Stream::start(lab, cli_ns, ip);
+    std::thread::sleep(Duration::from_millis(500));
+    kubectl(
+        lab,
+        &["-n", "kube-system", "rollout", "restart", "ds/roam-cni"],
+    );
+    kubectl(
+        lab,
+        &[
+            "-n",
+            "kube-system",
+            "rollout",
+            "status",
+            "ds/roam-cni",
+            "--timeout=300s",
+        ],
+    );
+    let after_pods = wait_until(LONG, "only the new roam-cni pods left", || {
+        let now = ds_pods();
+        (now.len() == before_pods.len() && now.iter().all(|p| !before_pods.contains(p)))
+            .then_some(now)
+    });
+    let out = stream.stop(&stop);
+    assert!(
+        out.starts_with("OK"),
+        "the TCP stream survived the DaemonSet's rolling update: {out}"
+    );
+    let v = vm(lab, &H8)["status"].clone();
+    assert_eq!(
+        (v["phase"].as_str(), v["node"].clone(), v["pod"].clone()),
+        (
+            Some("Running"),
+            before["node"].clone(),
+            before["pod"].clone()
+        ),
+        "the VM kept running in its pod"
+    );
+    assert_eq!(v["interfaces"][0]["ip"], ip, "same IP");
+    assert_eq!(v["interfaces"][0]["mac"], mac, "same MAC");
+    assert_eq!(
+        restarts(&launcher(&pod_name).expect("the launcher pod")),
+        restarts_before,
+        "no launcher container restarted"
+    );
+    assert!(
+        cli_ns.ping_once(ip),
+        "the client pod still reaches the guest"
+    );
+    // the new installers plumb new pods
+    create(
+        lab,
+        &[json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "after-roll", "namespace": NS},
+        "spec": {"nodeName": "node-b", "priorityClassName": "system-node-critical",
+                 "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "c", "image": "lab.local/busybox:1.35",
+                                 "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}})],
+    );
+    let pod_ip = wait_until(LONG, "a pod created after the rollout runs", || {
+        let p = get(lab, &["-n", NS, "get", "pod", "after-roll"])?;
+        (p["status"]["phase"] == "Running")
+            .then(|| p["status"]["podIP"].as_str().map(str::to_string))
+            .flatten()
+    });
+    assert!(
+        pod_ip.starts_with(H8.subnet.trim_end_matches("0/24")),
+        "the new pod has an address of the Network: {pod_ip}"
+    );
+    wait_until(LONG, "the client pod reaches the new pod on node-b", || {
+        cli_ns.ping_once(&pod_ip).then_some(())
+    });
+    kubectl(
+        lab,
+        &["-n", NS, "delete", "pod", "after-roll", "--wait=false"],
+    );
+    eprintln!("roam-cni rolled: {before_pods:?} → {after_pods:?}; VM kept its pod, stream {out}");
 }
 
 /// `kubectl roam migrate VM --to NODE --watch` (the plugin binary, built now), as a user runs

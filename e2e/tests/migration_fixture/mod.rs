@@ -26,7 +26,7 @@ pub struct Names {
     pub gw: &'static str,
     /// The transit subnet.
     pub transit: &'static str,
-    /// The client's OVS port and network namespace suffix.
+    /// The name under which the client pod's network namespace is reachable (`roam-t-<cli>`).
     pub cli: &'static str,
 }
 
@@ -292,7 +292,7 @@ impl Drop for Stream {
 
 /// Everything [`boot`] set up; dropped in this order.
 pub struct Booted {
-    /// The client namespace (plumbed as the client pod's port on node-a).
+    /// The client pod's network namespace (roam-cni plumbed it on node-a).
     pub cli_ns: TestNetns,
     /// The installed roam-controller.
     pub ctl: Installed,
@@ -320,7 +320,7 @@ pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
     let Names {
         ns, net, vm: vmn, ..
     } = *n;
-    let ovn = LabNetwork::new(&lab, net, &[("node-a", n.cli)]);
+    let ovn = LabNetwork::new(&lab, net, &[]);
     let fixture = Fixture::new(&lab, n);
     let ctl = Installed::get(&lab);
     let (kernel, initrd) = lab.guest();
@@ -390,6 +390,11 @@ pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
     assert!(
         shown.contains(&format!("inet {ip_cli}/32")),
         "the client pod's eth0 carries its published address {ip_cli}: {shown}"
+    );
+    let routes = cli_ns.run("ip", &["-4", "route", "show"]);
+    assert!(
+        routes.contains(&format!("default via {} dev eth0", n.gw)),
+        "the client's default route is the Network's gateway: {routes}"
     );
     wait_until(LONG, "the client pings the guest", || {
         cli_ns.ping_once(&ip).then_some(())
