@@ -5,8 +5,8 @@
 //! pod on node-a (plumbed by roam-cni, the nodes' CNI). `roam.dev/migrate-to=node-b` ends Succeeded with the same
 //! IP and MAC, the source pod gone, the Address's host node-b, ping answered and the TCP
 //! stream alive (no reset, every byte echoed); then it migrates back. Bad requests (a
-//! malformed annotation, a missing node, the node it is on, `auto` with the only other node
-//! cordoned) are refused with the reason in status and an Event, and the VM is untouched; a
+//! malformed annotation, a missing node, the node it is on, a cordoned node, `auto` with
+//! every other node cordoned) are refused with the reason in status and an Event, and the VM is untouched; a
 //! migration deleted mid-way (slowed by a low bandwidth) is Aborted and the VM keeps running
 //! on the source with its address.
 //! The way back is driven by the `kubectl roam` plugin (`migrate VM --to NODE --watch`): it
@@ -208,6 +208,17 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
         for n in &others {
             kubectl(&lab, &["cordon", n]);
         }
+        // a named target is held to the same rules: refused, nothing created
+        let m = migrate(&lab, &others[0]);
+        assert_eq!(m["status"]["phase"], "Failed", "{m}");
+        let reason = m["status"]["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains(&format!(
+                "target node {} cannot take the VM: cordoned",
+                others[0]
+            )),
+            "{reason}"
+        );
         kubectl(
             &lab,
             &["-n", NS, "annotate", "vm", VM, "roam.dev/migrate-to=auto"],

@@ -21,7 +21,8 @@ use serde_json::json;
 use super::retry::Retry;
 use super::{Context, vms};
 use crate::api::{VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus, VmPhase};
-use crate::core::migration::validate::{accept, target_not_ready};
+use crate::core::migration::validate::{accept, target_not_ready, target_unfit};
+use crate::core::placement;
 use crate::core::migration::{Decision, Observed, Phase, step};
 use crate::error::Result;
 use run::Run;
@@ -156,13 +157,22 @@ async fn check(
     st: &mut VirtualMachineMigrationStatus,
 ) -> Result<Option<String>> {
     st.start_time.get_or_insert_with(now);
-    Ok(match accept(m, vm, st) {
-        Err(why) => Some(why),
-        Ok(t) => vms::ready_node_ip(ctx, &t)
-            .await?
-            .is_none()
-            .then(|| target_not_ready(&t)),
-    })
+    let t = match accept(m, vm, st) {
+        Err(why) => return Ok(Some(why)),
+        Ok(t) => t,
+    };
+    if vms::ready_node_ip(ctx, &t).await?.is_none() {
+        return Ok(Some(target_not_ready(&t)));
+    }
+    // a named target, too, must take the VM's launcher pod as the scheduler would place it:
+    // not cordoned, its taints tolerated, the VM's node selector, the memory
+    let vm = vm.expect("accept refuses a migration without its VM");
+    let facts = vms::node_facts(ctx).await?;
+    Ok(facts
+        .iter()
+        .find(|n| n.name == t)
+        .and_then(|n| placement::unfit(n, &placement::Need::of(&vm.spec)))
+        .map(|why| target_unfit(&t, &why)))
 }
 
 /// A migration that is over: its finalizer goes.

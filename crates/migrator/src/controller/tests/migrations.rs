@@ -14,7 +14,7 @@ use super::super::fixtures::{
     ApiServerVerifier, Expect, FakeShim, Scenario, context, job, shim_status,
 };
 use super::super::migrations::TestReconciler;
-use super::{address, network, node, pod, token_secret, vm};
+use super::{address, cordoned, network, node, pod, token_secret, vm};
 use crate::api::{Address, VirtualMachine, VirtualMachineMigration};
 use crate::core::migration::Phase;
 use roam_shim_api::api::{DomainState, Incoming, JobState, JobStats, PortState};
@@ -142,6 +142,10 @@ fn observe(with_finalizer_patch: bool) -> Vec<Expect> {
     v
 }
 
+/// The pods that count against the nodes (placement).
+const PODS_LIVE: &str =
+    "/api/v1/pods?&fieldSelector=status.phase%21%3DSucceeded%2Cstatus.phase%21%3DFailed";
+
 fn reads() -> Vec<Expect> {
     vec![
         Expect::get("/api/v1/namespaces/ns/secrets/demo-shim-token"),
@@ -171,6 +175,9 @@ async fn the_happy_path_step_by_step() {
         observe(true),
         vec![
             Expect::get("/api/v1/nodes/node-b"),
+            // the named target takes the VM as the scheduler would (placement)
+            Expect::get("/api/v1/nodes?"),
+            Expect::get(PODS_LIVE),
             Expect::patch(format!("{VMS}/demo/status?"))
                 .with(json!({"status": {"migration": "mig", "phase": "Migrating"}})),
         ],
@@ -438,6 +445,37 @@ async fn a_migration_to_the_node_the_vm_runs_on_is_refused() {
     w.api.events(&["MigrationFailed"]).await;
     // nothing was asked of the shims
     assert!(w.source.take_calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_named_target_the_scheduler_would_not_use_is_refused() {
+    let w = world("node-b").await;
+    w.api.put(&cordoned("node-b", "127.0.0.2"));
+    let r = TestReconciler::new();
+    w.api.expect(steps(vec![
+        observe(true),
+        vec![
+            Expect::get("/api/v1/nodes/node-b"),
+            Expect::get("/api/v1/nodes?"),
+            Expect::get(PODS_LIVE),
+            status_patch(json!({"phase": "Failed",
+                                "reason": "target node node-b cannot take the VM: cordoned \
+                                           (spec.unschedulable); name another node or use \
+                                           migrate-to=auto"})),
+            Expect::patch(format!("{MIGS}/mig?")).with(json!({"metadata": {"finalizers": []}})),
+        ],
+    ]));
+    w.reconcile(&r).await;
+    w.api.done().await;
+    w.api.events(&["MigrationFailed"]).await;
+    // nothing created, nothing asked of the shims, the VM untouched
+    assert!(
+        w.api
+            .get::<k8s_openapi::api::core::v1::Pod>(&format!("{PODS}/mig-target"))
+            .is_none()
+    );
+    assert!(w.source.take_calls().is_empty());
+    assert_eq!(w.address().spec.host.as_deref(), Some("node-a"));
 }
 
 #[tokio::test]

@@ -54,6 +54,12 @@ pub fn target_not_ready(node: &str) -> String {
     format!("target node {node} does not exist or is not Ready")
 }
 
+/// The refusal when the target node of [`accept`] cannot take the VM's launcher pod
+/// (`why`: [`crate::core::placement::unfit`]'s answer).
+pub fn target_unfit(node: &str, why: &str) -> String {
+    format!("target node {node} cannot take the VM: {why}; name another node or use migrate-to=auto")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
