@@ -105,6 +105,49 @@ pub fn launcher_trouble(p: &Pod) -> Option<String> {
     (!troubles.is_empty()).then(|| troubles.join("; "))
 }
 
+/// How many times a migration target's container may have restarted, still failing, before
+/// the migration gives up on that target (the VM keeps running on the source). A VM's own
+/// launcher is retried by the kubelet for as long as it takes; a migration's target is not
+/// worth that wait.
+pub const TARGET_RESTART_BUDGET: i32 = 3;
+
+/// Waiting reasons that only a change (the image, the pod spec, the node) ends.
+const HOPELESS_REASONS: [&str; 4] = [
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+];
+
+/// Why migration target launcher `p` will not come up without a change (pure): a container
+/// waits on something only a change ends (an image the node lacks under `imagePullPolicy:
+/// Never`, an invalid image name or container config), or is still failing after
+/// [`TARGET_RESTART_BUDGET`] restarts. The words are [`launcher_trouble`]'s. `None`: it may
+/// still come up.
+pub fn target_hopeless(p: &Pod) -> Option<String> {
+    let statuses = p.status.as_ref()?.container_statuses.as_ref()?;
+    let restarts = statuses
+        .iter()
+        .filter(|c| c.state.as_ref().and_then(|s| s.waiting.as_ref()).is_some())
+        .map(|c| c.restart_count)
+        .max()
+        .unwrap_or(0);
+    let permanent = statuses.iter().any(|c| {
+        c.state
+            .as_ref()
+            .and_then(|s| s.waiting.as_ref()?.reason.as_deref())
+            .is_some_and(|r| HOPELESS_REASONS.contains(&r))
+    });
+    let trouble = launcher_trouble(p)?;
+    if permanent {
+        Some(trouble)
+    } else if restarts >= TARGET_RESTART_BUDGET {
+        Some(format!("{trouble} (given up after {restarts} restarts)"))
+    } else {
+        None
+    }
+}
+
 /// `namespace/name`.
 pub fn vm_key(vm: &VirtualMachine) -> String {
     format!("{}/{}", vm.namespace().unwrap_or_default(), vm.name_any())
@@ -609,6 +652,51 @@ mod tests {
             launcher_trouble(&pod(json!([pulling]))).unwrap(),
             "container libvirtd ErrImageNeverPull: image lab.local/x is not present"
         );
+    }
+
+    #[test]
+    fn a_migration_gives_up_on_a_target_that_will_not_come_up() {
+        let pod = |statuses: serde_json::Value| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "p"},
+                "status": {"phase": "Running", "containerStatuses": statuses}}))
+            .unwrap()
+        };
+        let status = |restarts: i32, state: serde_json::Value| {
+            json!({"name": "shim", "ready": false, "restartCount": restarts, "image": "i",
+                   "imageID": "", "state": state,
+                   "lastState": {"terminated": {"exitCode": 1, "message": "roam-shim: no kernel"}}})
+        };
+        let crash = json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}});
+        // a crash or two: it may still come up
+        for n in 0..TARGET_RESTART_BUDGET {
+            assert_eq!(
+                target_hopeless(&pod(json!([status(n, crash.clone())]))),
+                None
+            );
+        }
+        // still failing after the budget: given up, with why
+        assert_eq!(
+            target_hopeless(&pod(json!([status(TARGET_RESTART_BUDGET, crash.clone())]))),
+            Some(format!(
+                "container shim CrashLoopBackOff: back-off; last exit 1: roam-shim: no kernel \
+                 (given up after {TARGET_RESTART_BUDGET} restarts)"
+            ))
+        );
+        // restarted as often but running now: fine
+        assert_eq!(
+            target_hopeless(&pod(json!([status(9, json!({"running": {}}))]))),
+            None
+        );
+        // what no retry ends: at once
+        let never = json!({"waiting": {"reason": "ErrImageNeverPull", "message": "not present"}});
+        assert!(
+            target_hopeless(&pod(json!([status(0, never)])))
+                .unwrap()
+                .contains("ErrImageNeverPull: not present")
+        );
+        // being created is no trouble, however many restarts
+        let creating = json!({"waiting": {"reason": "ContainerCreating"}});
+        assert_eq!(target_hopeless(&pod(json!([status(5, creating)]))), None);
     }
 
     #[test]

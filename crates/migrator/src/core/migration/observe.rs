@@ -30,8 +30,9 @@ impl Observed {
 
 /// Record in `st` what keeps the target launcher's containers from running (pure): condition
 /// `TargetLauncher` False with reason `LauncherFailing` and the trouble in words (see
-/// [`crate::core::launcher::launcher_trouble`]) — a migration waits in TargetScheduling for
-/// a target that crash-loops, and this says why —, True again once the trouble is gone.
+/// [`crate::core::launcher::launcher_trouble`]) — while a migration waits in
+/// TargetScheduling for a target that may still come up, this says why (one that will not
+/// ends the migration, see [`target_pod_state`]) —, True again once the trouble is gone.
 pub fn record_target_trouble(st: &mut VirtualMachineMigrationStatus, trouble: Option<&str>) {
     use crate::core::vm::readiness::{condition, set_condition};
     const TYPE: &str = "TargetLauncher";
@@ -75,12 +76,18 @@ pub fn is_shim_of(s: &Status, pod: &str, pod_running: bool) -> bool {
 }
 
 /// The target launcher pod's state; `shim` is its shim's answer (already checked to be
-/// this pod's).
+/// this pod's). A target whose shim does not answer and that will not come up without a
+/// change ([`crate::core::launcher::target_hopeless`]) has failed: the migration ends and
+/// the VM stays on the source, rather than waiting in TargetScheduling.
 pub fn target_pod_state(pod: Option<&Pod>, name: &str, shim: Option<&Status>) -> PodState {
     match live(pod) {
         None => PodState::Absent,
         Some(p) if pod_failed(p) => PodState::Failed(format!("pod {name} failed")),
         Some(_) if shim.is_some() => PodState::Ready,
+        // it will not come up without a change: the VM stays on the source
+        Some(p) if let Some(why) = crate::core::launcher::target_hopeless(p) => {
+            PodState::Failed(format!("pod {name} will not start: {why}"))
+        }
         Some(_) => PodState::Starting,
     }
 }

@@ -57,7 +57,9 @@ pub fn target_not_ready(node: &str) -> String {
 /// The refusal when the target node of [`accept`] cannot take the VM's launcher pod
 /// (`why`: [`crate::core::placement::unfit`]'s answer).
 pub fn target_unfit(node: &str, why: &str) -> String {
-    format!("target node {node} cannot take the VM: {why}; name another node or use migrate-to=auto")
+    format!(
+        "target node {node} cannot take the VM: {why}; name another node or use migrate-to=auto"
+    )
 }
 
 #[cfg(test)]
