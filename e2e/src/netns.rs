@@ -88,6 +88,23 @@ impl TestNetns {
             .is_ok()
     }
 
+    /// Panics unless `eth0` here is plumbed as roam-cni plumbs an overlay interface: `ip`/32,
+    /// and the default route via `gw` on it.
+    pub fn assert_overlay_eth0(&self, ip: &str, gw: &str) {
+        let shown = self.run("ip", &["-4", "-o", "addr", "show", "eth0"]);
+        assert!(
+            shown.contains(&format!("inet {ip}/32")),
+            "{}: eth0 carries the published address {ip}: {shown}",
+            self.name
+        );
+        let routes = self.run("ip", &["-4", "route", "show"]);
+        assert!(
+            routes.contains(&format!("default via {gw} dev eth0")),
+            "{}: the default route is the Network's gateway {gw}: {routes}",
+            self.name
+        );
+    }
+
     /// Three pings to `ip` of `size` bytes on the wire (IP header included), with Don't
     /// Fragment set (each with a 2 s deadline): how many came back, or `Err` with ping's
     /// output when not all three left this namespace (e.g. larger than its interface's MTU).

@@ -504,17 +504,8 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
     let cli = wait_published(&lab, &c2, ns, "client");
     let web_ns = TestNetns::of_pod(&lab, ns, "web", "h5web");
     let cli_ns = TestNetns::of_pod(&lab, ns, "client", "h5cli");
-    for (netns, ip) in [
-        (&web_ns, web_ip.as_str()),
-        (&cli_ns, cli["ip"].as_str().unwrap()),
-    ] {
-        let shown = netns.run("ip", &["-4", "-o", "addr", "show", "eth0"]);
-        assert!(
-            shown.contains(&format!("inet {ip}/32")),
-            "{}: {shown}",
-            netns.name
-        );
-    }
+    web_ns.assert_overlay_eth0(&web_ip, "100.140.1.1");
+    cli_ns.assert_overlay_eth0(cli["ip"].as_str().unwrap(), "100.140.1.1");
     wait_until(LONG, "client on node-a pings web on node-b", || {
         cli_ns.ping_once(&web_ip).then_some(())
     });

@@ -482,17 +482,7 @@ fn vms_on_vlans_and_with_two_interfaces_live_migrate_keeping_their_addresses() {
         a.first().cloned()
     });
     let cli_ns = TestNetns::of_pod(&lab, NS, "v8client", "v8cli");
-    let cli_ip = cli["ip"].as_str().unwrap();
-    let shown = cli_ns.run("ip", &["-4", "-o", "addr", "show", "eth0"]);
-    assert!(
-        shown.contains(&format!("inet {cli_ip}/32")),
-        "roam-cni plumbed the client pod with its address {cli_ip}: {shown}"
-    );
-    let routes = cli_ns.run("ip", &["-4", "route", "show"]);
-    assert!(
-        routes.contains(&format!("default via {OVL_GW} dev eth0")),
-        "the client's default route is the Network's gateway: {routes}"
-    );
+    cli_ns.assert_overlay_eth0(cli["ip"].as_str().unwrap(), OVL_GW);
     wait_until(LONG, "the overlay client reaches v8vm2's eth0", || {
         cli_ns.ping_once(&ovl_ip).then_some(())
     });

@@ -385,17 +385,7 @@ pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
         a.first().cloned()
     });
     let cli_ns = TestNetns::of_pod(&lab, ns, "client", n.cli);
-    let ip_cli = cli["ip"].as_str().unwrap();
-    let shown = cli_ns.run("ip", &["-4", "-o", "addr", "show", "eth0"]);
-    assert!(
-        shown.contains(&format!("inet {ip_cli}/32")),
-        "the client pod's eth0 carries its published address {ip_cli}: {shown}"
-    );
-    let routes = cli_ns.run("ip", &["-4", "route", "show"]);
-    assert!(
-        routes.contains(&format!("default via {} dev eth0", n.gw)),
-        "the client's default route is the Network's gateway: {routes}"
-    );
+    cli_ns.assert_overlay_eth0(cli["ip"].as_str().unwrap(), n.gw);
     wait_until(LONG, "the client pings the guest", || {
         cli_ns.ping_once(&ip).then_some(())
     });
