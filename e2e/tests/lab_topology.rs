@@ -17,7 +17,7 @@ use roam_contract::keys::OWNER_KEY;
 use roam_dhcp_opts::MacAddr;
 use roam_e2e::{
     Lab, Node, PortBuilder, TestNetns, icmp_microflow, nbctl, ovn_trace, plug_netns, trace_outputs,
-    try_run, vsctl, wait_until,
+    try_run, vsctl, wait_until_else,
 };
 use roam_network::Error;
 use roam_network::northbound::{apply, read_actual, reconcile};
@@ -276,9 +276,44 @@ fn plug(node: &Node, suffix: &str, ovs_port: &str, i: u8) -> TestNetns {
     ns
 }
 
-fn ping(from: &TestNetns, to: u8, what: &str) {
+fn ping(lab: &Lab, from: &TestNetns, to: u8, what: &str) {
     let to = ip(to);
-    wait_until(WAIT, what, || from.ping_once(&to).then_some(()));
+    wait_until_else(
+        WAIT,
+        what,
+        || from.ping_once(&to).then_some(()),
+        || datapath_report(lab),
+    );
+}
+
+/// What explains a ping that does not arrive: the test's OVN rows, and on each node the
+/// OVS interfaces bound to its ports and the tunnels (their ofport and status).
+fn datapath_report(lab: &Lab) -> String {
+    let mut out = roam_e2e::ovn_rows_about(lab, &["100.100.", "p1.", "p2.", "p3.", NET]);
+    for n in ["node-a", "node-b"] {
+        let node = lab.node(n);
+        let ifaces = vsctl(
+            &node,
+            &[
+                "--format=csv",
+                "--data=bare",
+                "--no-headings",
+                "--columns=name,ofport,external_ids,status",
+                "list",
+                "interface",
+            ],
+        );
+        out.push_str(&format!(
+            "{n} OVS interfaces (the test's and the tunnels):\n"
+        ));
+        for l in ifaces
+            .lines()
+            .filter(|l| l.contains("e2etopo") || l.contains("iface-id=p") || l.contains("ovn-"))
+        {
+            out.push_str(&format!("  {l}\n"));
+        }
+    }
+    out
 }
 
 fn counts(inserted: usize, updated: usize, deleted: usize) -> TableCounts {
@@ -443,8 +478,8 @@ fn reconciles_an_overlay_pings_across_geneve_and_flips_a_route() {
     let ns_a1 = plug(&a, "topo-a1", "e2etopo-a1", 1);
     let ns_b2 = plug(&b, "topo-b2", "e2etopo-b2", 2);
     env.nbctl(&["--wait=hv", "sync"]);
-    ping(&ns_a1, 2, "p1 on node-a to reach p2 on node-b");
-    ping(&ns_b2, 1, "p2 on node-b to reach p1 on node-a");
+    ping(&env.lab, &ns_a1, 2, "p1 on node-a to reach p2 on node-b");
+    ping(&env.lab, &ns_b2, 1, "p2 on node-b to reach p1 on node-a");
     println!("p1 (node-a) <-> p2 (node-b): ping ok");
 
     // --- route flip: p2 moves to node-a ---
@@ -458,8 +493,8 @@ fn reconciles_an_overlay_pings_across_geneve_and_flips_a_route() {
     assert_eq!(r.table("Logical_Router_Static_Route"), counts(2, 0, 0));
     let ns_b3 = plug(&b, "topo-b3", "e2etopo-b3", 3);
     env.nbctl(&["--wait=hv", "sync"]);
-    ping(&ns_b3, 2, "p3 to reach p2, both on node-b");
-    ping(&ns_b3, 1, "p3 on node-b to reach p1 on node-a");
+    ping(&env.lab, &ns_b3, 2, "p3 to reach p2, both on node-b");
+    ping(&env.lab, &ns_b3, 1, "p3 on node-b to reach p1 on node-a");
 
     // the workload leaves node-b ...
     drop(ns_b2);
@@ -538,12 +573,13 @@ fn reconciles_an_overlay_pings_across_geneve_and_flips_a_route() {
     );
     env.nbctl(&["--wait=hv", "sync"]);
     ping(
+        &env.lab,
         &ns_b3,
         2,
         "p3 on node-b to reach p2, now on node-a, via the fabric",
     );
-    ping(&ns_a1, 2, "p1 to reach p2, both on node-a now");
-    ping(&ns_a2, 3, "p2 on node-a to answer p3 on node-b");
+    ping(&env.lab, &ns_a1, 2, "p1 to reach p2, both on node-a now");
+    ping(&env.lab, &ns_a2, 3, "p2 on node-a to answer p3 on node-b");
     println!("after the flip: p3 (node-b) -> p2 (node-a) and p1 -> p2 ping ok");
     assert!(env.reconcile(&t3).unwrap().is_empty());
 
