@@ -328,6 +328,18 @@ pub fn try_kubectl(lab: &Lab, args: &[&str]) -> Result<String, String> {
     try_run(lab.kubectl(), &all)
 }
 
+/// A pod that only sleeps, pinned to lab node `node` (busybox from the nodes' containerd;
+/// critical priority: the lab's kubelets may report disk pressure, and an evicted pod is a
+/// finished pod, whose address is released). Not on the host network: roam-cni plumbs it.
+pub fn sleeper_pod(ns: &str, name: &str, node: &str) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"nodeName": node, "priorityClassName": "system-node-critical",
+                 "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "c", "image": "lab.local/busybox:1.35",
+                                 "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}})
+}
+
 /// The label of a namespace, Network or Node that belongs to a test running a
 /// roam-controller of its own: the installed roam (e2e/deploy/lab) leaves those be.
 pub const TEST_LABEL: &str = "roam.dev/test";

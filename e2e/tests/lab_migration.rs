@@ -413,15 +413,7 @@ fn roll_node_daemonset(lab: &Lab, cli_ns: &roam_e2e::TestNetns, ip: &str, mac: &
         "the client pod still reaches the guest"
     );
     // the new installers plumb new pods
-    create(
-        lab,
-        &[json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "after-roll", "namespace": NS},
-        "spec": {"nodeName": "node-b", "priorityClassName": "system-node-critical",
-                 "terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "c", "image": "lab.local/busybox:1.35",
-                                 "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}})],
-    );
+    create(lab, &[roam_e2e::sleeper_pod(NS, "after-roll", "node-b")]);
     let pod_ip = wait_until(LONG, "a pod created after the rollout runs", || {
         let p = get(lab, &["-n", NS, "get", "pod", "after-roll"])?;
         (p["status"]["phase"] == "Running")

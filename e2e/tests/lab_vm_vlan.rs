@@ -465,15 +465,7 @@ fn vms_on_vlans_and_with_two_interfaces_live_migrate_keeping_their_addresses() {
         tor.ping_once(&vlan_ip).then_some(())
     });
     // an overlay client: a pod on node-b, plumbed by roam-cni (the nodes' CNI)
-    create(
-        &lab,
-        &[json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "v8client", "namespace": NS},
-        "spec": {"nodeName": "node-b", "priorityClassName": "system-node-critical",
-                 "terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "c", "image": "lab.local/busybox:1.35",
-                                 "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}})],
-    );
+    create(&lab, &[roam_e2e::sleeper_pod(NS, "v8client", "node-b")]);
     let cli = wait_until(LONG, "the client's address", || {
         let p = get(&lab, &["-n", NS, "get", "pod", "v8client"])?;
         let a: Vec<Value> =

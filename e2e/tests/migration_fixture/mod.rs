@@ -370,13 +370,7 @@ pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
     });
 
     // a client on node-a: a pod roam-cni (the node's CNI) plumbed with its address
-    create(
-        &lab,
-        &[json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "client", "namespace": ns},
-        "spec": {"nodeName": "node-a", "priorityClassName": "system-node-critical", "terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "c", "image": "lab.local/busybox:1.35", "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}})],
-    );
+    create(&lab, &[roam_e2e::sleeper_pod(ns, "client", "node-a")]);
     let cli = wait_until(LONG, "the client's address", || {
         let p = get(&lab, &["-n", ns, "get", "pod", "client"])?;
         let a: Vec<Value> =
