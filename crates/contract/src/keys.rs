@@ -36,6 +36,9 @@ pub const MIGRATION_ANNOTATION: &str = "roam.dev/migration";
 
 /// The finalizer that lets a deleted VirtualMachineMigration abort first.
 pub const MIGRATION_FINALIZER: &str = "roam.dev/migration";
+/// The finalizer that holds a deleted VirtualMachine until its domain, taps and OVS ports
+/// are gone from every node (and with it the hold on its Addresses).
+pub const VM_FINALIZER: &str = "roam.dev/teardown";
 
 // OVN northbound `external_ids`
 

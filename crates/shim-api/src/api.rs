@@ -19,6 +19,7 @@
 //! | `GET /v1/progress` | → [`Job`] | the current or last job with libvirt's job stats; after completion the final downtime |
 //! | `POST /v1/abort` | → `202` [`Job`] | abort the running migration; the VM keeps running here. `409` when none runs |
 //! | `GET /v1/events?after=N&wait_ms=M` | → [`Events`] | lifecycle events with `seq > N`; waits up to `M` ms (≤ 30 000) for one to arrive (long poll) |
+//! | `POST /v1/teardown` | → [`TornDown`] | the VM is deleted: destroy its domain on this node (a running migration with it), remove its taps and their OVS ports; from then on the shim boots, receives and migrates nothing, also after a restart. Idempotent |
 //!
 //! Errors are JSON [`ApiError`]s: `400` bad request, `401` bad token, `404` unknown path,
 //! `409` conflict, `502` target shim, `500` libvirt/OVS trouble.
@@ -46,6 +47,8 @@ pub mod path {
     /// `POST`: a migration's target announces the VM's NICs now (the pause), so that OVN
     /// carries their traffic here before QEMU resumes the guest.
     pub const ANNOUNCE: &str = "/v1/announce";
+    /// `POST`: the VM is deleted: destroy its domain here and remove its plumbing.
+    pub const TEARDOWN: &str = "/v1/teardown";
 }
 
 /// Longest long-poll wait the server grants.
@@ -127,6 +130,19 @@ pub struct Status {
     /// however long OVN took to get there.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<PortState>,
+    /// The VM was torn down here (`POST /v1/teardown`): no domain, no taps, no OVS ports;
+    /// the shim boots, receives and migrates nothing any more.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub torn_down: bool,
+}
+
+/// `POST /v1/teardown`: what was removed on this node (empty lists: nothing was left).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TornDown {
+    /// A domain of the VM ran (or was paused) here and was destroyed.
+    pub destroyed_domain: bool,
+    /// The taps removed, each with its OVS port.
+    pub removed_taps: Vec<String>,
 }
 
 impl Status {

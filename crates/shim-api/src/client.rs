@@ -13,7 +13,8 @@ use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
 
 use crate::api::{
-    self, Announced, ApiError, Events, Health, Job, MigrateRequest, Prepared, Status, path,
+    self, Announced, ApiError, Events, Health, Job, MigrateRequest, Prepared, Status, TornDown,
+    path,
 };
 use crate::{Error, Result};
 
@@ -145,6 +146,12 @@ impl ShimClient {
     /// `POST /v1/abort`.
     pub async fn abort(&self) -> Result<Job> {
         self.call(Method::POST, path::ABORT, None, REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `POST /v1/teardown`: the VM is deleted (idempotent).
+    pub async fn teardown(&self) -> Result<TornDown> {
+        self.call(Method::POST, path::TEARDOWN, None, REQUEST_TIMEOUT)
             .await
     }
 

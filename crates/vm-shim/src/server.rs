@@ -119,6 +119,7 @@ async fn route(shim: &Shim, req: Request<Incoming>) -> Result<(u16, Value)> {
         },
         (Method::POST, path::ABORT) => ok(202, shim.abort().await?),
         (Method::POST, path::ANNOUNCE) => ok(200, shim.announce().await?),
+        (Method::POST, path::TEARDOWN) => ok(200, shim.teardown().await?),
         (Method::GET, path::EVENTS) => {
             let (after, wait) = parse_events_query(query.as_deref())?;
             ok(200, shim.events(after, wait).await)

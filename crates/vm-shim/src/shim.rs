@@ -128,6 +128,9 @@ struct Known {
 struct Persisted {
     /// The shim booted its VM once already.
     booted: bool,
+    /// The VM was torn down (deleted): never boot, receive or migrate it again.
+    #[serde(default)]
+    torn_down: bool,
 }
 
 struct JobCtl {
@@ -310,6 +313,12 @@ impl Shim {
 
     async fn attach_or_boot(&self) -> Result<()> {
         let cfg = &self.inner.cfg;
+        if lock(&self.inner.state).persisted.torn_down {
+            // deleted before this restart: finish the teardown (idempotent), start nothing
+            let done = self.teardown().await?;
+            tracing::info!(vm = %self.name(), ?done, "the VM was torn down: not starting it");
+            return Ok(());
+        }
         let dom = self.domain().await;
         let booted = lock(&self.inner.state).persisted.booted;
         match start_action(dom.is_some(), cfg.mode, booted) {
@@ -457,6 +466,7 @@ impl Shim {
             instance: self.inner.cfg.instance.clone(),
             resets: st.resets,
             ports,
+            torn_down: st.persisted.torn_down,
         }
     }
 
@@ -489,6 +499,7 @@ impl Shim {
 
     /// `POST /v1/prepare`: get ready to receive the VM.
     pub async fn prepare(&self) -> Result<Prepared> {
+        self.refuse_if_torn_down()?;
         if let Some(job) = lock(&self.inner.state).job.as_ref()
             && !job.state.is_final()
         {
@@ -529,6 +540,7 @@ impl Shim {
 
     /// `POST /v1/migrate`: prepare the target shim and start the live migration.
     pub async fn migrate(&self, req: MigrateRequest) -> Result<Job> {
+        self.refuse_if_torn_down()?;
         req.validate().map_err(Error::BadRequest)?;
         let job = {
             let mut st = lock(&self.inner.state);
@@ -988,6 +1000,66 @@ impl Shim {
         } else {
             tracing::info!(vm = %self.name(), "the domain keeps running");
         }
+    }
+
+    fn refuse_if_torn_down(&self) -> Result<()> {
+        if lock(&self.inner.state).persisted.torn_down {
+            return Err(Error::Conflict(format!(
+                "VM {} was torn down (deleted): it neither comes in nor leaves",
+                self.name()
+            )));
+        }
+        Ok(())
+    }
+
+    /// `POST /v1/teardown`: the VM is deleted. Recorded first (a restart half-way finishes
+    /// the job and starts nothing), then the domain is destroyed — a running outgoing
+    /// migration fails with it, an incoming one never lands — and every NIC's OVS port and
+    /// tap removed. Idempotent: a second call finds nothing and says so.
+    pub async fn teardown(&self) -> Result<api::TornDown> {
+        {
+            let mut st = lock(&self.inner.state);
+            if !st.persisted.torn_down {
+                st.persisted.torn_down = true;
+                write_state(&self.inner.cfg, &st.persisted)?;
+            }
+            // no incoming migration is expected any more: announce refuses
+            st.incoming = false;
+        }
+        let mut out = api::TornDown::default();
+        if let Some(dom) = self.domain().await {
+            let name = self.name().to_string();
+            let destroyed = blocking(move || match dom.destroy() {
+                Ok(()) => Ok(true),
+                // gone meanwhile (migrated away, shut down): nothing to destroy
+                Err(e)
+                    if matches!(
+                        e.code(),
+                        virt::enumutil::Enum::Known(
+                            virt::error::ErrorNumber::NoDomain
+                                | virt::error::ErrorNumber::OperationInvalid
+                        )
+                    ) =>
+                {
+                    Ok(false)
+                }
+                Err(e) => Err(e),
+            })
+            .await
+            .map_err(|e| Error::libvirt(format!("destroy domain {name}"), e))?;
+            out.destroyed_domain = destroyed;
+        }
+        let cfg = &self.inner.cfg;
+        for (tap, _) in cfg.plumbing() {
+            let had = net::link_index(tap).await?.is_some();
+            net::remove_ovs_port(&cfg.ovs_db, &cfg.bridge, tap).await?;
+            net::remove_tap(tap).await?;
+            if had {
+                out.removed_taps.push(tap.to_string());
+            }
+        }
+        tracing::info!(vm = %self.name(), destroyed_domain = out.destroyed_domain, removed_taps = ?out.removed_taps, "torn down");
+        Ok(out)
     }
 
     /// Whether `token` is the VM's token (constant time).

@@ -551,6 +551,7 @@ pub(super) fn shim_status(node: &str, domain: DomainState, instance: &str) -> St
         instance: Some(instance.into()),
         resets: 0,
         ports: vec![],
+        torn_down: false,
     }
 }
 
@@ -694,6 +695,13 @@ async fn shim_answer(
             json!(j)
         }
         (Method::POST, path::ANNOUNCE) => json!({"ports": ["announced"]}),
+        (Method::POST, path::TEARDOWN) => {
+            let mut st = s.lock().expect("shim state");
+            let had = st.status.domain != DomainState::Absent;
+            st.status.domain = DomainState::Absent;
+            st.status.torn_down = true;
+            json!({"destroyed_domain": had, "removed_taps": if had { vec!["tap-demo"] } else { vec![] }})
+        }
         (Method::POST, path::ABORT) => {
             let mut st = s.lock().expect("shim state");
             let j = st.status.job.as_mut().expect("a job to abort");

@@ -15,14 +15,15 @@ use std::time::{Duration, Instant, SystemTime};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
+use kube::{Api, ResourceExt};
 
 use super::{Context, NETWORK_LABEL, POD_ANNOTATION, ovn, pods};
-use crate::api::{Address, AddressSpec};
+use crate::api::{Address, AddressSpec, VirtualMachine};
 use crate::core::claim::{new_address_name, pool_address, soft_deleted};
 use crate::core::pool::{duplicates, orphans, pool_actions};
 use crate::error::{Error, Result};
+use roam_contract::keys::VM_FINALIZER;
 
 pub(super) async fn run(ctx: Arc<Context>) {
     ctx.wait_synced().await;
@@ -279,6 +280,18 @@ async fn owner_alive(ctx: &Context, a: &Address) -> Result<bool> {
         // neither a VM owner nor a recorded pod: nothing to confirm against
         (None, None) => return Ok(false),
     };
+    if let Some((ns, name)) = owner.split_once('/') {
+        // a deleted VM is held until its teardown is done on every node (its finalizer):
+        // until then a tap or OVS port of its address may still be on a node
+        let vms: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), ns);
+        if vms
+            .get_opt(name)
+            .await?
+            .is_some_and(|v| v.finalizers().iter().any(|f| f == VM_FINALIZER))
+        {
+            return Ok(true);
+        }
+    }
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
     let candidates: Vec<Pod> = if owner.contains('/') {
         api.list(&ListParams::default()).await?.items

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -37,10 +37,12 @@ use crate::core::launcher::{Mode, launcher_trouble, pod_failed, pod_running};
 use crate::core::placement::{self, Need, NodeFacts, Taint};
 use crate::core::vm::readiness::{condition, readiness, set_condition};
 use crate::core::vm::tap_name;
+use crate::core::vm::teardown;
 use crate::core::vm::{
     PortBook, VmNic, account_resets, interface_status, nics as vm_nics, resolve_vm,
 };
 use crate::error::{Error, Result};
+use roam_contract::keys::VM_FINALIZER;
 
 /// The Secret key of a VM's shim token.
 const TOKEN_KEY: &str = "token";
@@ -226,6 +228,170 @@ pub(super) fn vm_addresses(ctx: &Context, vm: &VirtualMachine) -> Vec<Arc<Addres
     found
 }
 
+/// Add (`on`) or remove the VM's [`VM_FINALIZER`] (resourceVersion precondition: a VM
+/// changed meanwhile is decided again on its next reconcile).
+async fn set_finalizer(ctx: &Context, vm: &VirtualMachine, on: bool) -> Result<()> {
+    let mut f: Vec<String> = vm.finalizers().to_vec();
+    if f.iter().any(|x| x == VM_FINALIZER) == on {
+        return Ok(());
+    }
+    if on {
+        f.push(VM_FINALIZER.into());
+    } else {
+        f.retain(|x| x != VM_FINALIZER);
+    }
+    let api: Api<VirtualMachine> =
+        Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
+    match api
+        .patch(
+            &vm.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"metadata": {"finalizers": f, "resourceVersion": vm.resource_version()}}),
+            ),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if !on && Error::is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A deleted VM: end its migration, tear it down on every node its launcher pods are on
+/// (see [`teardown::plan`]), delete the pods, then let the VM go. Its Addresses stay held
+/// until then (see the operator's sweep), so no one else gets an IP, MAC or OVN port whose
+/// tap may still be on a node.
+async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
+    if !vm.finalizers().iter().any(|f| f == VM_FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let ns = vm.namespace().unwrap_or_default();
+    let st = vm.status.clone().unwrap_or_default();
+    let migration = match &st.migration {
+        Some(m) => {
+            let api: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
+            api.get_opt(m).await?.map(|mig| (m.clone(), mig))
+        }
+        None => None,
+    };
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let uid = vm.uid().unwrap_or_default();
+    let pods: Vec<Pod> = pods_api
+        .list(&ListParams::default().labels(&format!("{VM_LABEL}={}", vm.name_any())))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| teardown::is_launcher_of(p, &uid))
+        .collect();
+    let mut launchers = Vec::new();
+    let mut ips = BTreeMap::new();
+    for p in &pods {
+        let ip = match p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            Some(n) => ready_node_ip(ctx, n).await?,
+            None => None,
+        };
+        launchers.push(teardown::Launcher::of(p, ip.is_some()));
+        ips.insert(p.name_any(), ip);
+    }
+    let plan = teardown::plan(migration.as_ref().map(|(m, _)| m.as_str()), &launchers);
+    let mut message = teardown::message(&plan);
+    match &plan {
+        teardown::Plan::Done => {
+            tracing::info!(vm = %vm_key(vm), "torn down on every node: letting it go");
+            set_finalizer(ctx, vm, false).await?;
+            return Ok(Action::await_change());
+        }
+        teardown::Plan::EndMigration(name) => {
+            let (_, mig) = migration.as_ref().expect("planned from it");
+            if mig.metadata.deletion_timestamp.is_none() {
+                let api: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
+                match api.delete(name, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(e) if Error::is_not_found(&e) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                tracing::info!(vm = %vm_key(vm), migration = %name, "VM deleted: ending its migration first");
+            }
+        }
+        teardown::Plan::Pods(steps) => {
+            let token = token(ctx, vm).await?;
+            let port = st.shim_port.unwrap_or_default();
+            for (pod, step) in steps {
+                let node_ip = ips.get(pod).cloned().flatten().unwrap_or_default();
+                let delete = match step {
+                    teardown::Step::Teardown => {
+                        match client(vm, &node_ip, port, &token)?.teardown().await {
+                            Ok(done) => {
+                                tracing::info!(vm = %vm_key(vm), %pod, destroyed_domain = done.destroyed_domain, removed_taps = ?done.removed_taps, "torn down");
+                                ctx.event(
+                                    vm.object_ref(&()),
+                                    false,
+                                    "TornDown",
+                                    "Delete",
+                                    format!(
+                                        "{pod}: {}, removed {}",
+                                        if done.destroyed_domain {
+                                            "domain destroyed"
+                                        } else {
+                                            "no domain was left"
+                                        },
+                                        if done.removed_taps.is_empty() {
+                                            "no tap (none was left)".to_string()
+                                        } else {
+                                            format!(
+                                                "tap(s) {} and their OVS ports",
+                                                done.removed_taps.join(", ")
+                                            )
+                                        }
+                                    ),
+                                );
+                                true
+                            }
+                            Err(e) => {
+                                message = format!("{message} ({pod}'s shim: {e})");
+                                tracing::info!(vm = %vm_key(vm), %pod, error = %e, "teardown: the shim did not answer");
+                                false
+                            }
+                        }
+                    }
+                    teardown::Step::Delete => true,
+                    teardown::Step::Abandon(why) => {
+                        tracing::warn!(vm = %vm_key(vm), %pod, %why, "deleting a launcher without a teardown");
+                        ctx.event(
+                            vm.object_ref(&()),
+                            true,
+                            "TeardownSkipped",
+                            "Delete",
+                            format!(
+                                "{pod}: deleted without a teardown, its shim never stays up ({why}); a tap or OVS port an earlier run of it made may remain on its node"
+                            ),
+                        );
+                        true
+                    }
+                    teardown::Step::Wait(_) => false,
+                };
+                if delete
+                    && !pods
+                        .iter()
+                        .any(|p| p.name_any() == *pod && p.metadata.deletion_timestamp.is_some())
+                {
+                    match pods_api.delete(pod, &DeleteParams::default()).await {
+                        Ok(_) => {}
+                        Err(e) if Error::is_not_found(&e) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+        }
+    }
+    let mut next = st.clone();
+    let deleting = condition("Ready", false, "Deleting", &message, vm.metadata.generation);
+    set_condition(&mut next.conditions, deleting);
+    patch_status(ctx, vm, &next).await?;
+    Ok(Action::requeue(Duration::from_secs(1)))
+}
+
 /// Pick a free shim port: one no other VM uses.
 async fn allocate_port(ctx: &Context, vm: &VirtualMachine) -> Result<u16> {
     /// Ports picked by this process and not yet in a status (see [`PortBook`]).
@@ -275,11 +441,11 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
         return Ok(Action::await_change());
     }
     if vm.metadata.deletion_timestamp.is_some() {
-        // the pods and the Secret go with it (owner references); the Address is soft-deleted
-        // by the operator's sweep once no launcher pod is left
-        return Ok(Action::await_change());
+        return teardown(&ctx, &vm).await;
     }
     ctx.wait_synced().await;
+    // before anything exists for it: a deleted VM is held until it is gone from every node
+    set_finalizer(&ctx, &vm, true).await?;
     let mut st = vm.status.clone().unwrap_or_default();
     if let Some(value) = vm.annotations().get(MIGRATE_TO).cloned() {
         trigger_migration(&ctx, &vm, &value).await?;

@@ -450,6 +450,7 @@ pub fn account_resets(
 }
 
 pub mod readiness;
+pub mod teardown;
 
 #[cfg(test)]
 mod tests;

@@ -26,6 +26,9 @@ async fn a_new_vm_claims_its_address_then_gets_its_launcher_pod() {
     api.put(&node("node-a", "127.0.0.1"));
     api.put(&vm());
     api.expect(Scenario::Steps(vec![
+        // held from now on until it is torn down on every node
+        Expect::patch(format!("{VMS}/demo?"))
+            .with(json!({"metadata": {"finalizers": ["roam.dev/teardown"]}})),
         Expect::get("/api/v1/nodes?"),
         Expect::get(PODS_LIVE),
         Expect::get("/api/v1/nodes/node-a"),
@@ -53,7 +56,7 @@ async fn a_new_vm_claims_its_address_then_gets_its_launcher_pod() {
         action,
         kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(1))
     );
-    let ip = bodies[3]["spec"]["ip"].as_str().expect("an IP").to_string();
+    let ip = bodies[4]["spec"]["ip"].as_str().expect("an IP").to_string();
     assert!(ip.starts_with("10.1.0."), "{ip}");
     let st = api
         .get::<VirtualMachine>(&format!("{VMS}/demo"))
@@ -85,6 +88,7 @@ async fn a_claim_that_loses_its_race_reads_the_winner_and_takes_another_ip() {
     v.spec.node = Some("node-a".into());
     api.put(&v);
     api.expect(Scenario::Steps(vec![
+        Expect::patch(format!("{VMS}/demo?")),
         Expect::get("/api/v1/nodes/node-a"),
         Expect::post("/apis/roam.dev/v1alpha1/addresses?")
             .with(json!({"metadata": {"name": "net-10-1-0-2"}, "spec": {"ip": "10.1.0.2"}})),
@@ -251,4 +255,102 @@ async fn migrate_to_auto_picks_a_node_that_fits_or_refuses_with_the_reasons() {
     );
     api.events(&["MigrationRequested", "MigrationRejected"])
         .await;
+}
+
+/// A deleted VM: its launcher's shim tears it down (domain, taps, OVS ports) before the pod
+/// is deleted, a pod that only carries the VM's labels is left alone, and the finalizer goes
+/// only once no launcher pod is left — until then the VM, and with it its Address, is held.
+#[tokio::test]
+async fn a_deleted_vm_is_torn_down_on_its_node_before_it_goes() {
+    use super::super::fixtures::{FakeShim, shim_status};
+    use super::{pod, token_secret};
+    use roam_shim_api::api::DomainState;
+
+    let shim = FakeShim::start(
+        "127.0.0.1:0".parse().unwrap(),
+        shim_status("node-a", DomainState::Running, "demo-launcher"),
+    )
+    .await
+    .expect("a shim");
+    let port = shim.addr.port();
+    let addr = address("net-10-1-0-5", "net", "10.1.0.5", Some("ns/demo"), "node-a");
+    let (ctx, api) = context(
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a"],
+        std::slice::from_ref(&addr),
+    );
+    api.put(&node("node-a", "127.0.0.1"));
+    api.put(&addr);
+    api.put(&token_secret());
+    let mut v = vm();
+    v.metadata.finalizers = Some(vec!["roam.dev/teardown".into()]);
+    v.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+    ));
+    v.status = Some(
+        serde_json::from_value(json!({"phase": "Running", "node": "node-a",
+                                      "pod": "demo-launcher", "shimPort": port}))
+        .unwrap(),
+    );
+    api.put(&v);
+    let launcher_labels: std::collections::BTreeMap<String, String> = [
+        ("roam.dev/launcher".to_string(), "true".to_string()),
+        ("roam.dev/vm".to_string(), "demo".to_string()),
+    ]
+    .into();
+    let mut launcher = pod("demo-launcher", "node-a", json!({}));
+    launcher.metadata.labels = Some(launcher_labels.clone());
+    launcher.metadata.owner_references = Some(vec![
+        serde_json::from_value(json!({
+        "apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine", "name": "demo",
+        "uid": "vm-uid", "controller": true}))
+        .unwrap(),
+    ]);
+    launcher.status = Some(
+        serde_json::from_value(json!({"phase": "Running", "containerStatuses": [
+            {"name": "shim", "ready": true, "restartCount": 0, "image": "i", "imageID": "",
+             "state": {"running": {}}}]}))
+        .unwrap(),
+    );
+    api.put(&launcher);
+    // a pod of the tenant's that only looks like the VM's launcher
+    let mut forged = pod("impostor", "node-a", json!({}));
+    forged.metadata.labels = Some(launcher_labels);
+    api.put(&forged);
+
+    let pods_of_vm = "/api/v1/namespaces/ns/pods?&labelSelector=roam.dev%2Fvm%3Ddemo";
+    api.expect(Scenario::Steps(vec![
+        Expect::get(pods_of_vm),
+        Expect::get("/api/v1/nodes/node-a"),
+        Expect::get("/api/v1/namespaces/ns/secrets/demo-shim-token"),
+        Expect::delete("/api/v1/namespaces/ns/pods/demo-launcher?"),
+        Expect::patch(format!("{VMS}/demo/status?")).with(json!({
+            "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Deleting"}]},
+        })),
+    ]));
+    reconcile(Arc::new(v.clone()), ctx.clone())
+        .await
+        .expect("reconcile");
+    api.done().await;
+    assert_eq!(shim.take_calls(), vec!["POST /v1/teardown".to_string()]);
+    api.events(&["TornDown"]).await;
+    assert!(
+        api.get::<k8s_openapi::api::core::v1::Pod>("/api/v1/namespaces/ns/pods/impostor")
+            .is_some(),
+        "a pod the VM does not control is not the controller's to delete"
+    );
+
+    // the launcher is gone: the finalizer goes, nothing else is asked
+    let v = api
+        .get::<VirtualMachine>(&format!("{VMS}/demo"))
+        .expect("still held");
+    api.expect(Scenario::Steps(vec![
+        Expect::get(pods_of_vm),
+        Expect::patch(format!("{VMS}/demo?")).with(json!({"metadata": {"finalizers": []}})),
+    ]));
+    reconcile(Arc::new(v), ctx.clone())
+        .await
+        .expect("reconcile");
+    api.done().await;
+    assert!(shim.take_calls().is_empty(), "no second teardown");
 }

@@ -22,6 +22,13 @@ pub fn accept(
             m.spec.vm
         ));
     };
+    if vm.metadata.deletion_timestamp.is_some() {
+        return Err(format!(
+            "VirtualMachine {}/{} is being deleted",
+            m.namespace().unwrap_or_default(),
+            m.spec.vm
+        ));
+    }
     let vs = vm.status.clone().unwrap_or_default();
     st.source_node = vs.node.clone();
     st.source_pod = vs.pod.clone();
@@ -144,6 +151,15 @@ mod tests {
         assert_eq!(
             err(check(&m, Some(&vm(VmPhase::Starting, None)))),
             "the VM is Starting, not Running"
+        );
+        let mut deleting = vm(VmPhase::Running, None);
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert_eq!(
+            err(check(&m, Some(&deleting))),
+            "VirtualMachine ns/demo is being deleted"
         );
         assert!(
             err(check(&migration(None), Some(&vm(VmPhase::Running, None))))

@@ -13,6 +13,7 @@ fn status(domain: DomainState) -> Status {
         instance: Some("demo-launcher".into()),
         resets: 0,
         ports: vec![],
+        torn_down: false,
     }
 }
 
