@@ -12,8 +12,8 @@
 //!
 //! | method, path | body → answer | what |
 //! |---|---|---|
-//! | `GET /v1/health` | → [`Health`] | the shim serves (no token needed: a liveness probe) |
-//! | `GET /v1/status` | → [`Status`] | domain state on this node, the node, the current or last job, the last incoming migration |
+//! | `GET /v1/health` | → [`Health`] | the shim serves (no token needed: a liveness probe; it names no VM and no node) |
+//! | `GET /v1/status` | → [`Status`] | the VM, the node, the domain's state on it, the current or last job, the last incoming migration |
 //! | `POST /v1/prepare` | → [`Prepared`] | **target**: create the tap and its OVS port (`iface-id` = the OVN port) and get ready to receive; answers what the source needs: the target libvirt URI and migration URI. `409` when the VM already runs here or a job runs |
 //! | `POST /v1/migrate` | [`MigrateRequest`] → `202` [`Job`] | **source**: prepare the target shim, then live-migrate to it. `409` while a job runs or when the VM does not run here; `502` when the target shim is unreachable or refuses (nothing started) |
 //! | `GET /v1/progress` | → [`Job`] | the current or last job with libvirt's job stats; after completion the final downtime |
@@ -22,7 +22,9 @@
 //! | `POST /v1/teardown` | → [`TornDown`] | the VM is deleted: destroy its domain on this node (a running migration with it), remove its taps and their OVS ports; from then on the shim boots, receives and migrates nothing, also after a restart. Idempotent |
 //!
 //! Errors are JSON [`ApiError`]s: `400` bad request, `401` bad token, `404` unknown path,
-//! `409` conflict, `502` target shim, `500` libvirt/OVS trouble.
+//! `409` conflict, `502` target shim, `500` libvirt/OVS trouble; and from the server itself
+//! ([`crate::serve`]), `413` a body over 64 KiB, `408` a body not received within 10 s, `431`
+//! a request head over 16 KiB (hyper's, without a body).
 
 use serde::{Deserialize, Serialize};
 
@@ -58,23 +60,21 @@ pub const MAX_EVENT_WAIT_MS: u64 = 30_000;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApiError {
     /// Short machine-readable kind: `bad-request`, `unauthorized`, `not-found`, `conflict`,
-    /// `target`, `internal`.
+    /// `target`, `internal`; `too-large` and `timeout` (the body: [`crate::serve`]).
     pub code: String,
     /// What was wrong and what to do.
     pub error: String,
 }
 
-/// `GET /v1/health`.
+/// `GET /v1/health`: unauthenticated, so it says nothing about the tenant (which VM, which
+/// node: ask `GET /v1/status`, with the token). Older shims also sent `vm` and `node`;
+/// unknown fields are ignored, so this type decodes their answer too.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
     /// Always true when answered.
     pub ok: bool,
     /// The shim's version.
     pub version: String,
-    /// The VM (domain name).
-    pub vm: String,
-    /// The node.
-    pub node: String,
 }
 
 /// The domain as libvirt on this node sees it.
@@ -471,6 +471,20 @@ mod tests {
             let err = r.validate().unwrap_err();
             assert!(err.contains(expect), "{err:?} should mention {expect:?}");
         }
+    }
+
+    #[test]
+    fn health_is_ok_and_version_only_and_reads_an_older_shims_answer() {
+        let h = Health {
+            ok: true,
+            version: "0.1.0".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&h).unwrap(),
+            serde_json::json!({"ok": true, "version": "0.1.0"})
+        );
+        let older = r#"{"ok":true,"version":"0.1.0","vm":"vm1","node":"node-a"}"#;
+        assert_eq!(serde_json::from_str::<Health>(older).unwrap(), h);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Method, Request};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::de::DeserializeOwned;
 
 use crate::api::{
@@ -32,6 +32,18 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// Deadline of one request (the events long poll adds its wait).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long an idle connection is kept for the next request: well under the shim's idle
+/// bound ([`crate::serve::Limits::header_read_timeout`], 10 s), so that a request is never
+/// sent on a connection the shim is closing as idle.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+const _: () = assert!(
+    2 * POOL_IDLE_TIMEOUT.as_millis()
+        <= crate::serve::Limits::DEFAULT
+            .header_read_timeout
+            .as_millis(),
+    "the client must drop an idle connection well before the server closes it"
+);
 
 /// A client of one shim.
 #[derive(Clone, Debug)]
@@ -60,7 +72,10 @@ impl ShimClient {
         Ok(ShimClient {
             base: base.trim_end_matches('/').to_string(),
             token: token.to_string(),
-            http: Client::builder(TokioExecutor::new()).build(conn),
+            http: Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+                .pool_timer(TokioTimer::new())
+                .build(conn),
         })
     }
 
@@ -189,5 +204,74 @@ impl ShimClient {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::{self, Limits, Response, StatusCode};
+
+    /// A shim-like server on 127.0.0.1 within the default limits: health answers, anything
+    /// else echoes the body's length.
+    async fn server() -> (String, tokio::sync::oneshot::Sender<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(serve::serve(
+            listener,
+            Limits::default(),
+            async move {
+                let _ = stopped.await;
+            },
+            |req: serve::Request<Bytes>| async move {
+                let body: Response<serve::Body> = if req.uri().path() == path::HEALTH {
+                    serve::response(
+                        StatusCode::OK,
+                        "application/json",
+                        r#"{"ok":true,"version":"v"}"#,
+                    )
+                } else {
+                    serve::response(
+                        StatusCode::NOT_FOUND,
+                        "application/json",
+                        format!(
+                            r#"{{"code":"not-found","error":"{} bytes"}}"#,
+                            req.body().len()
+                        ),
+                    )
+                };
+                body
+            },
+        ));
+        (url, stop)
+    }
+
+    #[tokio::test]
+    async fn a_request_over_the_servers_body_limit_is_refused_saying_the_limit() {
+        let (url, _stop) = server().await;
+        let c = ShimClient::new(&url, "tok").unwrap();
+        assert_eq!(c.health().await.unwrap().version, "v");
+        let req = MigrateRequest {
+            target: "http://10.0.0.1:1".into(),
+            target_token: "t".repeat(Limits::DEFAULT.max_body_bytes),
+            bandwidth_mib_s: None,
+            max_downtime_ms: None,
+            auto_converge: false,
+            post_copy: false,
+            timeout_s: None,
+        };
+        let e = c.migrate(&req).await.unwrap_err();
+        match &e {
+            Error::Peer {
+                status: Some(413),
+                message,
+                ..
+            } => assert!(message.contains("over 65536 bytes"), "{message}"),
+            other => panic!("expected a 413, got {other:?}"),
+        }
+        assert!(e.is_bad_input(), "fix the request rather than retry it");
+        // the connection the 413 closed does not break the next request
+        assert_eq!(c.health().await.unwrap().version, "v");
     }
 }

@@ -6,9 +6,11 @@
 //! - [`client`]: an async HTTP/1.1 client of the API;
 //! - [`launch`]: the shim's command line, typed: rendered by the controller, parsed by the
 //!   shim (pure);
-//! - [`token`]: the VM's API token as a shim checks it (its SHA-256 digest).
+//! - [`token`]: the VM's API token as a shim checks it (its SHA-256 digest);
+//! - [`serve`]: the hardened HTTP/1.1 server every roam endpoint runs on (the shim's API,
+//!   the controller's metrics and probes): connection cap, timeouts, size limits.
 //!
-//! The server, the libvirt runtime and the mapping from libvirt's codes live in
+//! The shim's routes, the libvirt runtime and the mapping from libvirt's codes live in
 //! `roam-vm-shim`.
 #![warn(missing_docs)]
 
@@ -17,6 +19,7 @@ pub mod client;
 mod error;
 pub mod events;
 pub mod launch;
+pub mod serve;
 pub mod token;
 
 pub use error::{Error, Result};

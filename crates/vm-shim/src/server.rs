@@ -1,40 +1,37 @@
-//! The API server (see [`crate::api`] for the endpoints): hyper's HTTP/1.1 server, JSON
-//! bodies, the token checked before routing. hyper rather than a framework: it is already in
-//! roam's dependency tree (through kube), the API has seven routes, and the auth check sits
-//! in front of every one of them in a dozen lines.
+//! The API server (see [`crate::api`] for the endpoints): JSON bodies, `/v1/health` open, the
+//! token checked before routing anything else. It runs on `roam_shim_api::serve`, the
+//! hardened HTTP/1.1 server (hyper, already in roam's tree through kube) with [`LIMITS`]: the
+//! connection cap, the header, idle and body timeouts and the size limits; the body limit
+//! holds for every route.
 
-use std::convert::Infallible;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
-use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use roam_shim_api::serve::header::AUTHORIZATION;
+use roam_shim_api::serve::{self, Body, Bytes, Limits, Method, Request, Response, StatusCode};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 
 use crate::api::{self, ApiError, Health, MAX_EVENT_WAIT_MS, path};
 use crate::shim::Shim;
 use crate::{Error, Result, auth};
 
-/// Largest request body accepted.
-const MAX_BODY: usize = 64 * 1024;
+/// The API's limits: [`Limits::DEFAULT`] — 64 connections, 10 s to send a request head (and
+/// the idle bound), 16 KiB of head, 64 KiB of body (a migrate request is well under 1 KiB)
+/// received within 10 s, 1 s for open requests at shutdown.
+pub const LIMITS: Limits = Limits::DEFAULT;
 
-fn json_response(status: u16, body: &impl Serialize) -> Response<Full<Bytes>> {
+fn json_response(status: u16, body: &impl Serialize) -> Response<Body> {
     let bytes = serde_json::to_vec(body).expect("API types serialize");
-    Response::builder()
-        .status(StatusCode::from_u16(status).expect("a valid status"))
-        .header(CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(bytes)))
-        .expect("a valid response")
+    serve::response(
+        StatusCode::from_u16(status).expect("a valid status"),
+        "application/json",
+        bytes,
+    )
 }
 
-fn error_response(e: &Error) -> Response<Full<Bytes>> {
+fn error_response(e: &Error) -> Response<Body> {
     let (status, code) = e.http_status();
     json_response(
         status,
@@ -73,40 +70,43 @@ fn ok(status: u16, body: impl Serialize) -> Result<(u16, Value)> {
     ))
 }
 
-async fn route(shim: &Shim, req: Request<Incoming>) -> Result<(u16, Value)> {
-    let (method, p) = (req.method().clone(), req.uri().path().to_string());
-    if method == Method::GET && p == path::HEALTH {
-        let c = shim.config();
-        return ok(
-            200,
-            Health {
-                ok: true,
-                version: env!("CARGO_PKG_VERSION").into(),
-                vm: c.vm.name.clone(),
-                node: c.node.clone(),
-            },
-        );
+/// `GET /v1/health`: that the shim serves, and its version; nothing about the VM or the node
+/// (it needs no token).
+pub fn health() -> Health {
+    Health {
+        ok: true,
+        version: env!("CARGO_PKG_VERSION").into(),
+    }
+}
+
+/// What is answered before the shim is asked: `/v1/health`, open to anyone, and for every
+/// other route the token check (`token_ok`). `Ok(None)`: authorized, route it.
+fn front(req: &Request<Bytes>, token_ok: impl Fn(&str) -> bool) -> Result<Option<(u16, Value)>> {
+    if req.method() == Method::GET && req.uri().path() == path::HEALTH {
+        return ok(200, health()).map(Some);
     }
     let authorized = req
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(auth::bearer)
-        .is_some_and(|t| shim.token_ok(t));
+        .is_some_and(token_ok);
     if !authorized {
         return Err(Error::Unauthorized);
     }
+    Ok(None)
+}
+
+async fn route(shim: &Shim, req: Request<Bytes>) -> Result<(u16, Value)> {
+    if let Some(answer) = front(&req, |t| shim.token_ok(t))? {
+        return Ok(answer);
+    }
     let query = req.uri().query().map(str::to_string);
-    match (method, p.as_str()) {
+    match (req.method().clone(), req.uri().path()) {
         (Method::GET, path::STATUS) => ok(200, shim.status().await),
         (Method::POST, path::PREPARE) => ok(200, shim.prepare().await?),
         (Method::POST, path::MIGRATE) => {
-            let body = Limited::new(req.into_body(), MAX_BODY)
-                .collect()
-                .await
-                .map_err(|e| Error::BadRequest(format!("cannot read the body: {e}")))?
-                .to_bytes();
-            let mreq: api::MigrateRequest = serde_json::from_slice(&body).map_err(|e| {
+            let mreq: api::MigrateRequest = serde_json::from_slice(req.body()).map_err(|e| {
                 Error::BadRequest(format!("the body is not a migrate request: {e}"))
             })?;
             ok(202, shim.migrate(mreq).await?)
@@ -128,54 +128,138 @@ async fn route(shim: &Shim, req: Request<Incoming>) -> Result<(u16, Value)> {
     }
 }
 
-async fn handle(shim: Shim, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    let (m, p) = (req.method().clone(), req.uri().path().to_string());
-    Ok(match route(&shim, req).await {
+/// The answer to a routed request; an error is logged with the request's method and path.
+fn reply(method: &Method, path: &str, answer: Result<(u16, Value)>) -> Response<Body> {
+    match answer {
         Ok((status, body)) => json_response(status, &body),
         Err(e) => {
-            tracing::info!(method = %m, path = %p, "API error: {e}");
+            tracing::info!(%method, %path, "API error: {e}");
             error_response(&e)
         }
-    })
+    }
 }
 
-/// Serve the API on `listener` until `shutdown` turns true; then stop accepting and give
-/// open requests a second to finish.
+async fn handle(shim: Shim, req: Request<Bytes>) -> Response<Body> {
+    let (m, p) = (req.method().clone(), req.uri().path().to_string());
+    reply(&m, &p, route(&shim, req).await)
+}
+
+/// Serve the API on `listener` within [`LIMITS`] until `shutdown` turns true (or its sender
+/// is dropped); then stop accepting and give open requests a second to finish.
 pub async fn serve(shim: Shim, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _) = match accepted {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::warn!("accept: {e}");
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let shim = shim.clone();
-                conns.spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| handle(shim.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
-            _ = shutdown.changed() => break,
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
-    }
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        while conns.join_next().await.is_some() {}
-    })
+    serve::serve(
+        listener,
+        LIMITS,
+        async move {
+            let _ = shutdown.changed().await;
+        },
+        move |req| handle(shim.clone(), req),
+    )
     .await;
-    conns.abort_all();
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// The server's front (health, the token check) within [`LIMITS`] on 127.0.0.1, a shim
+    /// of token `tok` without libvirt: a request that passes the front is counted and
+    /// answered 404. Returns the address, the count and the server's stop.
+    async fn front_server() -> (std::net::SocketAddr, Arc<AtomicUsize>, watch::Sender<bool>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let routed = Arc::new(AtomicUsize::new(0));
+        let (stop, mut stopped) = watch::channel(false);
+        let r = routed.clone();
+        tokio::spawn(serve::serve(
+            listener,
+            LIMITS,
+            async move {
+                let _ = stopped.changed().await;
+            },
+            move |req: Request<Bytes>| {
+                let answer = front(&req, |t| t == "tok").and_then(|front| {
+                    front.ok_or_else(|| {
+                        r.fetch_add(1, Ordering::SeqCst);
+                        Error::NotFound(format!("routed, with {} bytes", req.body().len()))
+                    })
+                });
+                let resp = reply(req.method(), req.uri().path(), answer);
+                async move { resp }
+            },
+        ));
+        (addr, routed, stop)
+    }
+
+    /// One request with `Connection: close`: (status, body).
+    async fn call(addr: std::net::SocketAddr, head: &str, body: &[u8]) -> (u16, String) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!(
+            "{head}\r\nHost: t\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        s.write_all(body).await.unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+            .await
+            .expect("an answer within 10 s")
+            .unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let (head, body) = out.split_once("\r\n\r\n").unwrap();
+        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (status, body.to_string())
+    }
+
+    #[tokio::test]
+    async fn health_says_ok_and_the_version_only_to_anyone() {
+        let (addr, routed, _stop) = front_server().await;
+        let (status, body) = call(addr, "GET /v1/health HTTP/1.1", b"").await;
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["ok", "version"], "{body}");
+        assert_eq!(v["ok"], true);
+        assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(routed.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn every_other_route_needs_the_token_and_every_body_is_bounded() {
+        let (addr, routed, _stop) = front_server().await;
+        for head in ["GET /v1/status HTTP/1.1", "POST /v1/migrate HTTP/1.1"] {
+            let (status, body) = call(addr, head, b"{}").await;
+            assert_eq!(status, 401, "{head}: {body}");
+            let e: ApiError = serde_json::from_str(&body).unwrap();
+            assert_eq!(e.code, "unauthorized");
+        }
+        let (status, body) = call(
+            addr,
+            "POST /v1/migrate HTTP/1.1\r\nAuthorization: Bearer wrong",
+            b"{}",
+        )
+        .await;
+        assert_eq!(status, 401, "{body}");
+        assert_eq!(routed.load(Ordering::SeqCst), 0);
+        // with the token: routed, with its body
+        let auth = "POST /v1/migrate HTTP/1.1\r\nAuthorization: Bearer tok";
+        let (status, body) = call(addr, auth, b"{}").await;
+        assert_eq!(
+            (status, body.contains("routed, with 2 bytes")),
+            (404, true),
+            "{body}"
+        );
+        // a body over the limit never reaches the shim
+        let big = vec![b' '; LIMITS.max_body_bytes + 1];
+        let (status, body) = call(addr, auth, &big).await;
+        assert_eq!(status, 413, "{body}");
+        let e: ApiError = serde_json::from_str(&body).unwrap();
+        assert!(e.error.contains("over 65536 bytes"), "{}", e.error);
+        assert_eq!(routed.load(Ordering::SeqCst), 1);
+    }
 
     #[test]
     fn events_query() {

@@ -1,13 +1,15 @@
 //! Prometheus metrics in the text exposition format, served over plain HTTP (`GET /metrics`,
-//! `GET /healthz`, `GET /readyz`: [`super::health`]). Small enough to write here rather than pull in a metrics stack: counters
-//! and two latency histograms; the address gauges are computed from the index at scrape time.
+//! `GET /healthz`, `GET /readyz`: [`super::health`]) on `roam_shim_api::serve`, the hardened
+//! HTTP/1.1 server every roam endpoint runs on, within [`limits`]. Small enough to write here
+//! rather than pull in a metrics stack: counters and two latency histograms; the address
+//! gauges are computed from the index at scrape time.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use roam_shim_api::serve::{self, Body, Bytes, Limits, Request, Response, StatusCode};
 use tokio::net::TcpListener;
 
 /// Histogram bucket upper bounds, seconds.
@@ -136,61 +138,137 @@ impl Metrics {
     }
 }
 
-/// Serve `/metrics`, `/healthz` and `/readyz` on `listener` until the task is dropped.
+/// The content type of every answer: Prometheus' text format, version 0.0.4.
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4";
+
+/// The endpoint's limits: 16 connections (its clients are a scraper and the kubelet's
+/// probes), 1 KiB of body (every route is a GET), one request per connection (probes and
+/// scrapes connect each time, and a connection that closes after its answer holds no slot);
+/// otherwise [`Limits::DEFAULT`]: 10 s to send a request head, 16 KiB of head, 10 s for a body.
+pub fn limits() -> Limits {
+    Limits {
+        max_connections: 16,
+        max_body_bytes: 1024,
+        keep_alive: false,
+        ..Limits::DEFAULT
+    }
+}
+
+/// The answer to a request for `path` (any method).
+fn answer(
+    path: &str,
+    metrics: &Metrics,
+    health: &super::health::Health,
+    gauges: &dyn Fn() -> Gauges,
+) -> Response<Body> {
+    let (status, body) = match path {
+        "/metrics" => (StatusCode::OK, metrics.render(&gauges())),
+        "/healthz" => (StatusCode::OK, "ok\n".to_string()),
+        "/readyz" => match health.readiness() {
+            (true, text) => (StatusCode::OK, text),
+            (false, text) => (StatusCode::SERVICE_UNAVAILABLE, text),
+        },
+        _ => (
+            StatusCode::NOT_FOUND,
+            "not found: try /metrics, /healthz or /readyz\n".to_string(),
+        ),
+    };
+    serve::response(status, CONTENT_TYPE, body)
+}
+
+/// Serve `/metrics`, `/healthz` and `/readyz` on `listener` within [`limits`] until the task
+/// is dropped.
 pub async fn serve(
     listener: TcpListener,
     metrics: Metrics,
     health: Arc<super::health::Health>,
     gauges: impl Fn() -> Gauges + Send + Sync + 'static,
 ) {
-    let gauges = Arc::new(gauges);
-    loop {
-        let Ok((mut sock, _)) = listener.accept().await else {
-            continue;
-        };
-        let metrics = metrics.clone();
-        let gauges = gauges.clone();
-        let health = health.clone();
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 4096];
-            let mut len = 0;
-            while len < buf.len() {
-                match tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf[len..])).await
-                {
-                    Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
-                    Ok(Ok(n)) => len += n,
-                }
-                if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-                    break;
-                }
-            }
-            let req = String::from_utf8_lossy(&buf[..len]);
-            let path = req.split_whitespace().nth(1).unwrap_or("");
-            let (status, body) = match path {
-                "/metrics" => ("200 OK", metrics.render(&gauges())),
-                "/healthz" => ("200 OK", "ok\n".to_string()),
-                "/readyz" => match health.readiness() {
-                    (true, text) => ("200 OK", text),
-                    (false, text) => ("503 Service Unavailable", text),
-                },
-                _ => (
-                    "404 Not Found",
-                    "not found: try /metrics, /healthz or /readyz\n".to_string(),
-                ),
-            };
-            let resp = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = sock.write_all(resp.as_bytes()).await;
-            let _ = sock.shutdown().await;
-        });
-    }
+    serve::serve(
+        listener,
+        limits(),
+        std::future::pending(),
+        move |req: Request<Bytes>| {
+            let resp = answer(req.uri().path(), &metrics, &health, &gauges);
+            async move { resp }
+        },
+    )
+    .await;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// `request` sent to `addr`; the whole answer, read until the server closes the
+    /// connection (it does after each answer): (status, lowercase head, body).
+    async fn http(addr: std::net::SocketAddr, request: &str) -> (u16, String, String) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+            .await
+            .expect("an answer, and the connection closed, within 10 s")
+            .unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let (head, body) = out.split_once("\r\n\r\n").unwrap();
+        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (status, head.to_lowercase(), body.to_string())
+    }
+
+    #[tokio::test]
+    async fn serves_metrics_and_probes_one_request_per_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let health = Arc::new(super::super::health::Health::default());
+        let metrics = Metrics::default();
+        metrics.count("claims", "new");
+        let server = tokio::spawn(serve(listener, metrics, health.clone(), || {
+            vec![("ovl".into(), 3, 1, 0)]
+        }));
+        let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+        let (status, head, body) = http(addr, &get("/metrics")).await;
+        assert_eq!(status, 200, "{head}");
+        assert!(
+            head.contains("content-type: text/plain; version=0.0.4"),
+            "{head}"
+        );
+        assert!(
+            body.contains("roam_addresses{network=\"ovl\",state=\"free\"} 3"),
+            "{body}"
+        );
+        assert!(
+            body.contains("roam_events_total{event=\"claims\",reason=\"new\"} 1"),
+            "{body}"
+        );
+        assert_eq!(http(addr, &get("/healthz")).await.2, "ok\n");
+        let (status, _, body) = http(addr, &get("/readyz")).await;
+        assert_eq!(
+            (status, body.as_str()),
+            (503, "role: standby\nchecks: not run yet\n")
+        );
+        health.set("ovn-nb", Ok(()));
+        health.set_leading();
+        let (status, _, body) = http(addr, &get("/readyz")).await;
+        assert_eq!((status, body.as_str()), (200, "role: leader\novn-nb: ok\n"));
+        let (status, head, body) = http(addr, &get("/nope")).await;
+        assert_eq!(status, 404);
+        assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+        assert_eq!(body, "not found: try /metrics, /healthz or /readyz\n");
+        // a body over the endpoint's 1 KiB is refused
+        let (status, _, body) = http(
+            addr,
+            &format!(
+                "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1025\r\n\r\n{}",
+                "x".repeat(1025)
+            ),
+        )
+        .await;
+        assert_eq!(status, 413, "{body}");
+        assert!(body.contains("over 1024 bytes"), "{body}");
+        server.abort();
+    }
 
     #[test]
     fn renders_gauges_histograms_and_counters() {
