@@ -3,6 +3,7 @@
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use roam_dhcp_opts::MacAddr;
 use roam_network::topology::PortSpec;
@@ -130,10 +131,56 @@ pub fn delete_namespace(lab: &Lab, ns: &str) {
         lab,
         &["-n", ns, "delete", "vm,vmim,pods", "--all", "--wait=false"],
     );
+    release_vms(lab, ns);
     let _ = try_kubectl(
         lab,
         &["delete", "namespace", ns, "--wait=true", "--timeout=120s"],
     );
+}
+
+/// The deleted VMs of `ns`, once a controller has torn them down (finalizer
+/// `roam.dev/teardown`). A VM that no controller tears down — the test's own controller is
+/// gone already — shows no `Deleting` condition within 10 s: its finalizer is taken off, so
+/// that the namespace can go (the caller cleans the nodes itself).
+fn release_vms(lab: &Lab, ns: &str) {
+    let started = std::time::Instant::now();
+    loop {
+        let list: Option<serde_json::Value> =
+            try_kubectl(lab, &["-n", ns, "get", "vm", "-o", "json"])
+                .ok()
+                .and_then(|s| serde_json::from_str(&s).ok());
+        let items = list
+            .and_then(|l| l["items"].as_array().cloned())
+            .unwrap_or_default();
+        if items.is_empty() {
+            return;
+        }
+        let waited = started.elapsed();
+        for v in &items {
+            let tearing_down = v["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["reason"] == "Deleting"));
+            if waited > Duration::from_secs(120)
+                || (!tearing_down && waited > Duration::from_secs(10))
+            {
+                let name = v["metadata"]["name"].as_str().unwrap_or_default();
+                let _ = try_kubectl(
+                    lab,
+                    &[
+                        "-n",
+                        ns,
+                        "patch",
+                        "vm",
+                        name,
+                        "--type=merge",
+                        "-p",
+                        r#"{"metadata":{"finalizers":null}}"#,
+                    ],
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// What a test's VMs leave behind, removed by [`VmCleanup::clean`], on drop, and (with

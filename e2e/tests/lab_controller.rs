@@ -1375,7 +1375,15 @@ fn controller_runs_under_its_least_privilege_service_account() {
     // the VM and its pods go with the namespace; its leftovers on the nodes go here
     let tap = roam_migrator::core::vm::tap_name(&format!("{ns}/vm1"));
     let _vm = VmCleanup::new(&lab)
-        .kubectl(&["-n", ns, "delete", "vm", "vm1", "--ignore-not-found"])
+        .kubectl(&[
+            "-n",
+            ns,
+            "delete",
+            "vm",
+            "vm1",
+            "--ignore-not-found",
+            "--wait=false",
+        ])
         .vm(&format!("{ns}_vm1"), &[&tap])
         .node_path(vm_logs)
         .cleaned();

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use roam_e2e::{Installed, Lab, VmCleanup, apply_crds, kubectl, try_kubectl, wait_until};
+use roam_e2e::{Installed, Lab, VmCleanup, apply_crds, kubectl, try_kubectl, try_run, wait_until};
 use serde_json::{Value, json};
 
 const NS: &str = "p9-place";
@@ -216,4 +216,140 @@ fn vms_go_where_the_schedulers_constraints_allow() {
         msg.contains("container shim") && msg.contains("does not exist"),
         "{msg}"
     );
+
+    deleted_vms_leave_nothing_on_any_node(&lab, &ctl, &["p9vm1", "p9vm2", "p9vm3", "p9vm4"]);
+}
+
+/// Whether a QEMU of libvirt domain `domain` runs anywhere on the machine.
+fn qemu_of(domain: &str) -> bool {
+    let needle = format!("guest={domain},");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .any(|c| {
+            String::from_utf8_lossy(&c)
+                .replace('\0', " ")
+                .contains(&needle)
+        })
+}
+
+/// Delete the VMs with kubectl: each is held (finalizer `roam.dev/teardown`) until its
+/// shims have destroyed its domain and removed its taps and OVS ports, then goes. Afterwards
+/// no node has a domain, tap, OVS port or launcher pod of any of them, and their Addresses
+/// were released only after that.
+fn deleted_vms_leave_nothing_on_any_node(lab: &Lab, ctl: &Installed, names: &[&str]) {
+    let running: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| {
+            get(lab, &["-n", NS, "get", "vm", n]).is_some_and(|v| v["status"]["phase"] == "Running")
+        })
+        .collect();
+    assert!(
+        running.len() >= 2,
+        "the VMs to delete include running ones: {running:?}"
+    );
+    for n in names {
+        let v = get(lab, &["-n", NS, "get", "vm", n]).expect("the VM");
+        assert!(
+            v["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "roam.dev/teardown")),
+            "{n} is held for its teardown: {}",
+            v["metadata"]
+        );
+    }
+    let mut args = vec!["-n", NS, "delete", "vm", "--wait=false"];
+    args.extend_from_slice(names);
+    kubectl(lab, &args);
+    for n in names {
+        wait_until(LONG, &format!("{n} torn down and gone"), || {
+            try_kubectl(lab, &["-n", NS, "get", "vm", n])
+                .is_err()
+                .then_some(())
+        });
+    }
+    let pods = get(
+        lab,
+        &["-n", NS, "get", "pods", "-l", "roam.dev/launcher=true"],
+    )
+    .expect("the pods");
+    assert_eq!(
+        pods["items"].as_array().map(Vec::len),
+        Some(0),
+        "no launcher pod is left: {pods}"
+    );
+    for n in names {
+        let domain = format!("{NS}_{n}");
+        assert!(!qemu_of(&domain), "QEMU of {domain} still runs");
+        let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/{n}"));
+        for node in lab.nodes() {
+            let nd = lab.node(&node);
+            assert!(
+                try_run("ip", &["-n", &nd.netns, "link", "show", &tap]).is_err(),
+                "{n}'s tap {tap} is still on {node}"
+            );
+            let ports = roam_e2e::run(
+                "ovs-vsctl",
+                &[&format!("--db={}", nd.ovs_db), "list-ports", "br-int"],
+            );
+            assert!(
+                !ports.lines().any(|p| p == tap),
+                "{n}'s OVS port {tap} is still on {node}'s br-int: {ports}"
+            );
+        }
+    }
+    // the running ones were torn down by their shims, which said what they removed
+    let events = get(
+        lab,
+        &[
+            "-n",
+            NS,
+            "get",
+            "events",
+            "--field-selector",
+            "reason=TornDown",
+        ],
+    )
+    .expect("the Events");
+    for n in &running {
+        let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/{n}"));
+        assert!(
+            es_core(&events, n, &tap),
+            "{n}: no TornDown Event naming its domain and tap {tap}: {events}\n{}",
+            ctl.log_tail(40)
+        );
+    }
+    // their Addresses are released (soft-deleted, kept for the grace period) once the VMs
+    // are gone, not while they were held
+    for n in names {
+        let owner = format!("{NS}/{n}");
+        wait_until(LONG, &format!("{owner}'s Addresses released"), || {
+            let addrs = get(
+                lab,
+                &["get", "addresses", "-l", &format!("roam.dev/network={NET}")],
+            )?;
+            addrs["items"]
+                .as_array()?
+                .iter()
+                .filter(|a| a["spec"]["owner"] == owner.as_str())
+                .all(|a| a["spec"]["deleted"] == true)
+                .then_some(())
+        });
+    }
+}
+
+/// Whether `events` (core v1) hold one about VM `vm` whose message names a destroyed domain
+/// and `tap`.
+fn es_core(events: &Value, vm: &str, tap: &str) -> bool {
+    events["items"].as_array().is_some_and(|es| {
+        es.iter().any(|e| {
+            e["involvedObject"]["name"] == vm
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("domain destroyed") && m.contains(tap))
+        })
+    })
 }

@@ -3,7 +3,9 @@
 //! serves the authenticated migration API (see the library's `api` module).
 //!
 //! Configuration: `--config FILE` (JSON) and/or `--KEY VALUE` flags (`roam_shim_api::launch`,
-//! checked by the library's `config` module). SIGTERM or SIGINT: graceful shutdown; the domain keeps running.
+//! checked by the library's `config` module). SIGTERM or SIGINT: graceful shutdown; the domain keeps running. Exit status 78
+//! ([`roam_shim_api::launch::EXIT_REFUSED_CONFIG`]): the configuration was refused before
+//! anything was touched; 1: any other failure.
 
 use anyhow::Context;
 use roam_vm_shim::{config, libvirtd, server, shim::Shim};
@@ -31,7 +33,19 @@ fn main() {
     if let Err(e) = real_main() {
         // the error's chain, without a backtrace: it says what is wrong and what to do
         eprintln!("roam-shim: {e:#}");
-        std::process::exit(1);
+        // a refused configuration is refused before anything is touched (the controller
+        // then knows this shim left nothing on the node)
+        let refused = e.chain().any(|c| {
+            matches!(
+                c.downcast_ref::<roam_vm_shim::Error>(),
+                Some(roam_vm_shim::Error::Config(_))
+            )
+        });
+        std::process::exit(if refused {
+            roam_shim_api::launch::EXIT_REFUSED_CONFIG
+        } else {
+            1
+        });
     }
 }
 

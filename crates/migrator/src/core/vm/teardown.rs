@@ -11,6 +11,8 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
+use roam_shim_api::launch::EXIT_REFUSED_CONFIG;
+
 use crate::core::launcher::{LAUNCHER_LABEL, target_hopeless};
 
 /// The launcher container that runs roam-shim.
@@ -29,7 +31,8 @@ pub struct Launcher {
     pub deleting: bool,
     /// The shim container runs now.
     pub shim_running: bool,
-    /// A shim container has started in this pod at some time (it may have plumbed taps).
+    /// A shim container may have plumbed something in this pod: it runs, or ran and did not
+    /// exit with [`EXIT_REFUSED_CONFIG`] (refused before touching anything).
     pub shim_started: bool,
     /// Why the shim will not come up without a change
     /// ([`target_hopeless`]), if so.
@@ -46,14 +49,14 @@ impl Launcher {
             .and_then(|cs| cs.iter().find(|c| c.name == SHIM_CONTAINER));
         let state = shim.and_then(|c| c.state.as_ref());
         let shim_running = state.is_some_and(|s| s.running.is_some());
+        // its last exit: a shim that refused its configuration touched nothing
+        let last_exit = state
+            .and_then(|s| s.terminated.as_ref())
+            .or_else(|| shim?.last_state.as_ref()?.terminated.as_ref())
+            .map(|t| t.exit_code);
         let shim_started = shim_running
-            || state.is_some_and(|s| s.terminated.is_some())
-            || shim.is_some_and(|c| {
-                c.restart_count > 0
-                    || c.last_state
-                        .as_ref()
-                        .is_some_and(|l| l.terminated.is_some() || l.running.is_some())
-            });
+            || (last_exit.is_some() && last_exit != Some(EXIT_REFUSED_CONFIG))
+            || (last_exit.is_none() && shim.is_some_and(|c| c.restart_count > 0));
         Launcher {
             pod: p.metadata.name.clone().unwrap_or_default(),
             node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
@@ -315,8 +318,28 @@ mod tests {
             .as_mut()
             .unwrap()[1];
         c.restart_count = 1;
+        c.last_state =
+            Some(serde_json::from_value(json!({"terminated": {"exitCode": 1}})).unwrap());
         let l = Launcher::of(&crashed, true);
         assert!(!l.shim_running && l.shim_started);
+        assert!(matches!(step(&l), Step::Wait(_)), "its shim may come back");
+
+        // a shim that refused its configuration (a kernel not on the node) left nothing
+        let mut refused = crashed.clone();
+        refused
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[1]
+            .last_state = Some(
+            serde_json::from_value(json!({"terminated": {"exitCode": EXIT_REFUSED_CONFIG}}))
+                .unwrap(),
+        );
+        let l = Launcher::of(&refused, true);
+        assert!(!l.shim_started);
+        assert_eq!(step(&l), Step::Delete);
 
         // labels alone do not make a pod the VM's launcher
         let mut forged = p;
