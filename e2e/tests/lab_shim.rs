@@ -741,3 +741,67 @@ fn qemu_pids(name: &str) -> Vec<String> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect()
 }
+
+/// The shim plumbs a port whose `iface-id` a leftover interface on the node still carries
+/// (a deleted VM's OVS port, say): the leftover's OVS port goes, so that the node's
+/// ovn-controller has one interface to bind the OVN port to — on a real node's OVS.
+#[test]
+fn a_leftover_interface_with_the_ports_iface_id_is_removed_from_the_bridge() {
+    let lab = Lab::get();
+    let node = lab.node(&lab.nodes()[0]);
+    let db = format!("--db={}", node.ovs_db);
+    let (stale, fresh, other, iface) = ("h7stale0", "h7fresh0", "h7other0", "h7-leftover-port");
+    let clean = || {
+        for p in [stale, fresh, other] {
+            let _ = try_run("ovs-vsctl", &[&db, "--if-exists", "del-port", "br-int", p]);
+        }
+    };
+    clean();
+    struct Clean<F: Fn()>(F);
+    impl<F: Fn()> Drop for Clean<F> {
+        fn drop(&mut self) {
+            (self.0)()
+        }
+    }
+    let _clean = Clean(clean);
+    for (p, id) in [(stale, iface), (other, "h7-another-port")] {
+        try_run(
+            "ovs-vsctl",
+            &[
+                &db,
+                "add-port",
+                "br-int",
+                p,
+                "--",
+                "set",
+                "Interface",
+                p,
+                "type=internal",
+                &format!("external_ids:iface-id={id}"),
+            ],
+        )
+        .expect("a leftover port");
+    }
+    let ovs_db = node.ovs_db.clone();
+    rt().block_on(roam_vm_shim::net::ensure_ovs_port(
+        &ovs_db, "br-int", fresh, iface,
+    ))
+    .expect("plumbed");
+    let ports = try_run("ovs-vsctl", &[&db, "list-ports", "br-int"]).expect("ports");
+    let ports: Vec<&str> = ports.lines().collect();
+    assert!(ports.contains(&fresh), "{ports:?}");
+    assert!(
+        !ports.contains(&stale),
+        "the leftover is still there: {ports:?}"
+    );
+    assert!(
+        ports.contains(&other),
+        "a port of another iface-id was touched: {ports:?}"
+    );
+    let id = try_run(
+        "ovs-vsctl",
+        &[&db, "get", "Interface", fresh, "external_ids:iface-id"],
+    )
+    .expect("iface-id");
+    assert_eq!(id.trim().trim_matches('"'), iface);
+}

@@ -92,10 +92,27 @@ async fn ovs(db: &str) -> Result<Client> {
 }
 
 /// Add `port` to `bridge` as a system port bound to the OVN logical port `iface_id`; when
-/// the port exists, (re)set its `iface-id`. One transaction.
+/// the port exists, (re)set its `iface-id`. One transaction. Any other interface on this
+/// node bound to the same `iface_id` is a leftover (a VM's port is on one node only, and a
+/// migration's two ends are on two): its OVS port is removed first, so that ovn-controller
+/// never has two interfaces to choose from.
 pub async fn ensure_ovs_port(db: &str, bridge: &str, port: &str, iface_id: &str) -> Result<()> {
     let client = ovs(db).await?;
     let what = || format!("add {port} to {bridge} (iface-id {iface_id})");
+    let bound: Vec<ovsdb::vswitch::Interface> = ovsdb::select_where(
+        &client,
+        vec![ops::cond(
+            "external_ids",
+            "includes",
+            ops::string_map([(IFACE_ID, iface_id)]),
+        )],
+    )
+    .await
+    .map_err(|e| Error::plumbing(what(), e))?;
+    for stale in bound.iter().filter(|i| i.name != port) {
+        tracing::warn!(%iface_id, %port, stale = %stale.name, "another interface here carries this port's iface-id (a leftover): removing its OVS port");
+        remove_ovs_port(db, bridge, &stale.name).await?;
+    }
     let ifaces: Vec<ovsdb::vswitch::Interface> =
         ovsdb::select_where(&client, vec![ops::cond("name", "==", json!(port))])
             .await
