@@ -105,27 +105,8 @@ pub fn delete_namespace(lab: &Lab, ns: &str) {
     if try_kubectl(lab, &["get", "namespace", ns]).is_err() {
         return;
     }
-    let list: Option<serde_json::Value> =
-        try_kubectl(lab, &["-n", ns, "get", "vmim", "-o", "json"])
-            .ok()
-            .and_then(|s| serde_json::from_str(&s).ok());
-    if let Some(list) = list {
-        for m in list["items"].as_array().cloned().unwrap_or_default() {
-            let name = m["metadata"]["name"].as_str().unwrap_or_default();
-            let _ = try_kubectl(
-                lab,
-                &[
-                    "-n",
-                    ns,
-                    "patch",
-                    "vmim",
-                    name,
-                    "--type=merge",
-                    "-p",
-                    r#"{"metadata":{"finalizers":null}}"#,
-                ],
-            );
-        }
+    for m in items(lab, ns, "vmim") {
+        drop_finalizers(lab, ns, "vmim", &m);
     }
     let _ = try_kubectl(
         lab,
@@ -138,6 +119,33 @@ pub fn delete_namespace(lab: &Lab, ns: &str) {
     );
 }
 
+/// The objects of `kind` in namespace `ns` (none when kubectl cannot list them).
+fn items(lab: &Lab, ns: &str, kind: &str) -> Vec<serde_json::Value> {
+    try_kubectl(lab, &["-n", ns, "get", kind, "-o", "json"])
+        .ok()
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+        .and_then(|l| l["items"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// Take every finalizer off `obj` (of `kind`, in `ns`), for a clean-up no controller serves.
+fn drop_finalizers(lab: &Lab, ns: &str, kind: &str, obj: &serde_json::Value) {
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let _ = try_kubectl(
+        lab,
+        &[
+            "-n",
+            ns,
+            "patch",
+            kind,
+            name,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+    );
+}
+
 /// The deleted VMs of `ns`, once a controller has torn them down (finalizer
 /// `roam.dev/teardown`). A VM that no controller tears down — the test's own controller is
 /// gone already — shows no `Deleting` condition within 10 s: its finalizer is taken off, so
@@ -145,13 +153,7 @@ pub fn delete_namespace(lab: &Lab, ns: &str) {
 fn release_vms(lab: &Lab, ns: &str) {
     let started = std::time::Instant::now();
     loop {
-        let list: Option<serde_json::Value> =
-            try_kubectl(lab, &["-n", ns, "get", "vm", "-o", "json"])
-                .ok()
-                .and_then(|s| serde_json::from_str(&s).ok());
-        let items = list
-            .and_then(|l| l["items"].as_array().cloned())
-            .unwrap_or_default();
+        let items = items(lab, ns, "vm");
         if items.is_empty() {
             return;
         }
@@ -163,20 +165,7 @@ fn release_vms(lab: &Lab, ns: &str) {
             if waited > Duration::from_secs(120)
                 || (!tearing_down && waited > Duration::from_secs(10))
             {
-                let name = v["metadata"]["name"].as_str().unwrap_or_default();
-                let _ = try_kubectl(
-                    lab,
-                    &[
-                        "-n",
-                        ns,
-                        "patch",
-                        "vm",
-                        name,
-                        "--type=merge",
-                        "-p",
-                        r#"{"metadata":{"finalizers":null}}"#,
-                    ],
-                );
+                drop_finalizers(lab, ns, "vm", v);
             }
         }
         std::thread::sleep(Duration::from_millis(500));

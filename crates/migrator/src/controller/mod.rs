@@ -328,6 +328,42 @@ async fn publish(recorder: &Recorder, metrics: &Metrics, ev: &Event, reference: 
 /// A crash point for the lab's fault tests: with `ROAM_FAILPOINT=<name>` in its
 /// environment the process aborts at `name` — a controller killed at an instant no signal
 /// sent from outside can hit. Unset (always, in production) it does nothing.
+/// Add (`on`) or remove `finalizer` on namespaced `obj`, with `obj`'s resourceVersion as
+/// precondition (an object changed meanwhile is decided again on its next reconcile).
+/// `Ok(None)`: it already was so, nothing written; `Ok(Some(_))`: what was stored.
+pub(crate) async fn set_finalizer<K>(
+    client: &kube::Client,
+    obj: &K,
+    finalizer: &str,
+    on: bool,
+) -> kube::Result<Option<K>>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned,
+{
+    let mut f: Vec<String> = obj.finalizers().to_vec();
+    if f.iter().any(|x| x == finalizer) == on {
+        return Ok(None);
+    }
+    if on {
+        f.push(finalizer.into());
+    } else {
+        f.retain(|x| x != finalizer);
+    }
+    let api: kube::Api<K> =
+        kube::Api::namespaced(client.clone(), &obj.namespace().unwrap_or_default());
+    let patch = serde_json::json!({"metadata": {"finalizers": f, "resourceVersion": obj.resource_version()}});
+    api.patch(
+        &obj.name_any(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .map(Some)
+}
+
 pub(crate) fn failpoint(name: &str) {
     if std::env::var("ROAM_FAILPOINT").is_ok_and(|v| v == name) {
         eprintln!("roam-controller: failpoint {name}: aborting");

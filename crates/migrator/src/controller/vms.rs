@@ -228,30 +228,10 @@ pub(super) fn vm_addresses(ctx: &Context, vm: &VirtualMachine) -> Vec<Arc<Addres
     found
 }
 
-/// Add (`on`) or remove the VM's [`VM_FINALIZER`] (resourceVersion precondition: a VM
-/// changed meanwhile is decided again on its next reconcile).
+/// Add (`on`) or remove the VM's [`VM_FINALIZER`] (see [`super::set_finalizer`]); a VM
+/// gone by the time its finalizer is removed is fine.
 async fn set_finalizer(ctx: &Context, vm: &VirtualMachine, on: bool) -> Result<()> {
-    let mut f: Vec<String> = vm.finalizers().to_vec();
-    if f.iter().any(|x| x == VM_FINALIZER) == on {
-        return Ok(());
-    }
-    if on {
-        f.push(VM_FINALIZER.into());
-    } else {
-        f.retain(|x| x != VM_FINALIZER);
-    }
-    let api: Api<VirtualMachine> =
-        Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
-    match api
-        .patch(
-            &vm.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(
-                &json!({"metadata": {"finalizers": f, "resourceVersion": vm.resource_version()}}),
-            ),
-        )
-        .await
-    {
+    match super::set_finalizer(&ctx.client, vm, VM_FINALIZER, on).await {
         Ok(_) => Ok(()),
         Err(e) if !on && Error::is_not_found(&e) => Ok(()),
         Err(e) => Err(e.into()),
@@ -317,6 +297,11 @@ async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
         teardown::Plan::Pods(steps) => {
             let token = token(ctx, vm).await?;
             let port = st.shim_port.unwrap_or_default();
+            let terminating: BTreeSet<&str> = launchers
+                .iter()
+                .filter(|l| l.deleting)
+                .map(|l| l.pod.as_str())
+                .collect();
             for (pod, step) in steps {
                 let node_ip = ips.get(pod).cloned().flatten().unwrap_or_default();
                 let delete = match step {
@@ -329,22 +314,7 @@ async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
                                     false,
                                     "TornDown",
                                     "Delete",
-                                    format!(
-                                        "{pod}: {}, removed {}",
-                                        if done.destroyed_domain {
-                                            "domain destroyed"
-                                        } else {
-                                            "no domain was left"
-                                        },
-                                        if done.removed_taps.is_empty() {
-                                            "no tap (none was left)".to_string()
-                                        } else {
-                                            format!(
-                                                "tap(s) {} and their OVS ports",
-                                                done.removed_taps.join(", ")
-                                            )
-                                        }
-                                    ),
+                                    teardown::torn_down_note(pod, &done),
                                 );
                                 true
                             }
@@ -371,11 +341,7 @@ async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
                     }
                     teardown::Step::Wait(_) => false,
                 };
-                if delete
-                    && !pods
-                        .iter()
-                        .any(|p| p.name_any() == *pod && p.metadata.deletion_timestamp.is_some())
-                {
+                if delete && !terminating.contains(pod.as_str()) {
                     match pods_api.delete(pod, &DeleteParams::default()).await {
                         Ok(_) => {}
                         Err(e) if Error::is_not_found(&e) => {}

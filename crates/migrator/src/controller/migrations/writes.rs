@@ -109,38 +109,18 @@ pub(super) async fn patch_vm_status(
 }
 
 /// Add or remove the migration's finalizer (on the resourceVersion `m` holds); `m` becomes
-/// what was stored.
+/// what was stored. A migration already gone is fine.
 pub(super) async fn set_finalizer(
     ctx: &Context,
     m: &mut VirtualMachineMigration,
     on: bool,
 ) -> Result<()> {
-    let mut f: Vec<String> = m.finalizers().to_vec();
-    let has = f.iter().any(|x| x == FINALIZER);
-    if has == on {
-        return Ok(());
-    }
-    if on {
-        f.push(FINALIZER.into());
-    } else {
-        f.retain(|x| x != FINALIZER);
-    }
-    let api: Api<VirtualMachineMigration> =
-        Api::namespaced(ctx.client.clone(), &m.namespace().unwrap_or_default());
-    match api
-        .patch(
-            &m.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(
-                &json!({"metadata": {"finalizers": f, "resourceVersion": m.resource_version()}}),
-            ),
-        )
-        .await
-    {
-        Ok(written) => {
+    match crate::controller::set_finalizer(&ctx.client, m, FINALIZER, on).await {
+        Ok(Some(written)) => {
             *m = written;
             Ok(())
         }
+        Ok(None) => Ok(()),
         Err(e) if Error::is_not_found(&e) => Ok(()),
         Err(e) => Err(e.into()),
     }

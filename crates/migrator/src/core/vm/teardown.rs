@@ -11,6 +11,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
+use roam_shim_api::api::TornDown;
 use roam_shim_api::launch::EXIT_REFUSED_CONFIG;
 
 use crate::core::launcher::{LAUNCHER_LABEL, target_hopeless};
@@ -163,6 +164,24 @@ pub fn message(plan: &Plan) -> String {
     }
 }
 
+/// The `TornDown` Event's note: what launcher pod `pod`'s shim removed.
+pub fn torn_down_note(pod: &str, done: &TornDown) -> String {
+    let domain = if done.destroyed_domain {
+        "domain destroyed"
+    } else {
+        "no domain was left"
+    };
+    let taps = if done.removed_taps.is_empty() {
+        "no tap (none was left)".to_string()
+    } else {
+        format!(
+            "tap(s) {} and their OVS ports",
+            done.removed_taps.join(", ")
+        )
+    };
+    format!("{pod}: {domain}, removed {taps}")
+}
+
 /// Whether `p` is one of the VM's launcher pods: it carries the launcher label and the VM
 /// (uid `vm_uid`) is its controller — a pod that merely carries the labels is not.
 pub fn is_launcher_of(p: &Pod, vm_uid: &str) -> bool {
@@ -276,6 +295,33 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
+    /// The shim container's status of [`facts_from_the_pod`]'s pod.
+    fn shim_of(p: &mut Pod) -> &mut k8s_openapi::api::core::v1::ContainerStatus {
+        &mut p
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[1]
+    }
+
+    #[test]
+    fn the_torn_down_note_says_what_went() {
+        let done = TornDown {
+            destroyed_domain: true,
+            removed_taps: vec!["tap0".into(), "tap1".into()],
+        };
+        assert_eq!(
+            torn_down_note("demo-launcher", &done),
+            "demo-launcher: domain destroyed, removed tap(s) tap0, tap1 and their OVS ports"
+        );
+        assert_eq!(
+            torn_down_note("p", &TornDown::default()),
+            "p: no domain was left, removed no tap (none was left)"
+        );
+    }
+
     #[test]
     fn facts_from_the_pod() {
         let p = pod(json!({
@@ -298,25 +344,12 @@ mod tests {
         assert!(!is_launcher_of(&p, "u2"), "another VM's pod");
 
         let mut running = p.clone();
-        running
-            .status
-            .as_mut()
-            .unwrap()
-            .container_statuses
-            .as_mut()
-            .unwrap()[1]
-            .state = Some(serde_json::from_value(json!({"running": {}})).unwrap());
+        shim_of(&mut running).state = Some(serde_json::from_value(json!({"running": {}})).unwrap());
         let l = Launcher::of(&running, true);
         assert!(l.shim_running && l.shim_started);
 
         let mut crashed = p.clone();
-        let c = &mut crashed
-            .status
-            .as_mut()
-            .unwrap()
-            .container_statuses
-            .as_mut()
-            .unwrap()[1];
+        let c = shim_of(&mut crashed);
         c.restart_count = 1;
         c.last_state =
             Some(serde_json::from_value(json!({"terminated": {"exitCode": 1}})).unwrap());
@@ -326,14 +359,7 @@ mod tests {
 
         // a shim that refused its configuration (a kernel not on the node) left nothing
         let mut refused = crashed.clone();
-        refused
-            .status
-            .as_mut()
-            .unwrap()
-            .container_statuses
-            .as_mut()
-            .unwrap()[1]
-            .last_state = Some(
+        shim_of(&mut refused).last_state = Some(
             serde_json::from_value(json!({"terminated": {"exitCode": EXIT_REFUSED_CONFIG}}))
                 .unwrap(),
         );
