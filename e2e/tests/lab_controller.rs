@@ -686,6 +686,9 @@ fn bad_input_is_refused_reported_and_claims_nothing() {
         "h5-bad-vlan0",
         "h5-bad-vlan4095",
         "h5-bad-tiny",
+        "h5-bad-excl",
+        "h5-bad-mtu",
+        "h5-bad-grace",
     ];
     let _fixture = KubeFixture::new(&lab, ns, &nets, &[]);
     let _ovn: Vec<LabNetwork> = nets.iter().map(|n| LabNetwork::new(&lab, n, &[])).collect();
@@ -723,6 +726,23 @@ fn bad_input_is_refused_reported_and_claims_nothing() {
                 "h5-bad-tiny",
                 label,
                 json!({"subnet": "100.140.3.0/30", "transitSubnet": "169.254.143.0/24", "poolSizePerNode": 0}),
+            ),
+            network(
+                "h5-bad-excl",
+                label,
+                json!({"subnet": "100.140.7.0/24", "transitSubnet": "169.254.144.0/24",
+                       "excluded": ["100.140.8.0/28"]}),
+            ),
+            network(
+                "h5-bad-mtu",
+                label,
+                json!({"subnet": "100.140.10.0/24", "transitSubnet": "169.254.145.0/24", "mtu": 9001}),
+            ),
+            network(
+                "h5-bad-grace",
+                label,
+                json!({"subnet": "100.140.11.0/24", "transitSubnet": "169.254.146.0/24",
+                       "reclaimGraceSeconds": 0}),
             ),
         ],
     );
@@ -775,10 +795,30 @@ fn bad_input_is_refused_reported_and_claims_nothing() {
         );
         assert!(msg.contains("1–4094"), "{msg}");
     }
+    for (n, field) in [
+        ("h5-bad-excl", "excluded"),
+        ("h5-bad-mtu", "mtu"),
+        ("h5-bad-grace", "reclaimGraceSeconds"),
+    ] {
+        let (s, reason, msg) = cond(n);
+        assert_eq!(
+            (s.as_str(), reason.as_str()),
+            ("False", "InvalidNetwork"),
+            "{msg}"
+        );
+        assert!(msg.contains(field), "{n}: {msg}");
+    }
     wait_until(LONG, "h5-bad's pool", || {
         (free_on(&addresses(&lab, "h5-bad"), "node-a") == 2).then_some(())
     });
-    for n in ["h5-bad-overlap", "h5-bad-vlan0", "h5-bad-vlan4095"] {
+    for n in [
+        "h5-bad-overlap",
+        "h5-bad-vlan0",
+        "h5-bad-vlan4095",
+        "h5-bad-excl",
+        "h5-bad-mtu",
+        "h5-bad-grace",
+    ] {
         assert!(
             addresses(&lab, n).is_empty(),
             "nothing is created for refused network {n}"
@@ -930,6 +970,50 @@ fn bad_input_is_refused_reported_and_claims_nothing() {
     assert!(fixed["ip"].as_str().unwrap().starts_with("100.140.2."));
     wait_until(LONG, "roam.dev/error removed", || {
         pod_error(&lab, ns, "malformed").is_none().then_some(())
+    });
+
+    // a new subnet while pods hold addresses of it: refused, the served spec stays in force
+    let edit = |subnet: &str| {
+        kubectl(
+            &lab,
+            &[
+                "patch",
+                "network",
+                "h5-bad",
+                "--type=merge",
+                "-p",
+                &json!({"spec": {"subnet": subnet}}).to_string(),
+            ],
+        )
+    };
+    edit("100.140.12.0/24");
+    let (s, _, msg) = wait_until(LONG, "h5-bad's edit refused", || {
+        ready("h5-bad").filter(|(_, r, _)| r == "ImmutableWhileInUse")
+    });
+    assert_eq!(s, "False", "{msg}");
+    assert!(msg.contains("subnet"), "{msg}");
+    let served = get_json(&lab, &["get", "network", "h5-bad"]);
+    assert_eq!(served["status"]["served"]["subnet"], "100.140.2.0/24");
+    create(
+        &lab,
+        "create",
+        &[pod(
+            ns,
+            "after-edit",
+            "node-a",
+            ifaces(r#"[{"mode":"overlay","network":"h5-bad","interface":{"name":"eth0"}}]"#),
+            json!({}),
+        )],
+    );
+    let after = wait_published(&lab, &ctl, ns, "after-edit");
+    assert!(
+        after["ip"].as_str().unwrap().starts_with("100.140.2."),
+        "claims still come from the served subnet: {after}"
+    );
+    // reverting the edit makes it Ready again
+    edit("100.140.2.0/24");
+    wait_until(LONG, "h5-bad Ready again", || {
+        ready("h5-bad").filter(|(s, _, _)| s == "True")
     });
 }
 

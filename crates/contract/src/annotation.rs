@@ -81,7 +81,22 @@ pub enum AnnotationError {
     /// Two interfaces have the same name.
     #[error("interface name {0:?} is used twice; each interface needs its own name")]
     DuplicateName(String),
+    /// More interfaces than a workload may have.
+    #[error(
+        "annotation {annotation} lists {count} interfaces; a workload has at most \
+         {MAX_INTERFACES} (one Address, tap and OVN port each)"
+    )]
+    TooMany {
+        /// Which annotation.
+        annotation: &'static str,
+        /// How many it lists.
+        count: usize,
+    },
 }
+
+/// The most interfaces a pod or VM may ask for: a VM's taps are named `<base><index>` in 15
+/// bytes, and every interface costs an Address, a tap and an OVN port.
+pub const MAX_INTERFACES: usize = 8;
 
 type Result<T, E = AnnotationError> = std::result::Result<T, E>;
 
@@ -199,6 +214,12 @@ pub fn parse_interfaces(json: &str) -> Result<Vec<InterfaceRequest>> {
     if list.is_empty() {
         return Err(AnnotationError::Empty {
             annotation: INTERFACES,
+        });
+    }
+    if list.len() > MAX_INTERFACES {
+        return Err(AnnotationError::TooMany {
+            annotation: INTERFACES,
+            count: list.len(),
         });
     }
     let mut names = BTreeSet::new();
@@ -618,6 +639,18 @@ mod tests {
             r#"[{"mode":"overlay","interface":{"name":"eth0"}},{"mode":"overlay","interface":{"name":"eth0"}}]"#,
         );
         assert_eq!(e, AnnotationError::DuplicateName("eth0".into()));
+        let list = |n: usize| {
+            let v: Vec<String> = (0..n)
+                .map(|i| format!(r#"{{"mode":"overlay","interface":{{"name":"eth{i}"}}}}"#))
+                .collect();
+            format!("[{}]", v.join(","))
+        };
+        assert_eq!(parse_interfaces(&list(MAX_INTERFACES)).unwrap().len(), 8);
+        let e = err(&list(MAX_INTERFACES + 1));
+        assert!(
+            matches!(e, AnnotationError::TooMany { count: 9, .. }),
+            "{e}"
+        );
         let e = err(r#"[{"mode":"overlay","interface":{"name":"a-very-long-interface"}}]"#);
         assert!(matches!(
             &e,

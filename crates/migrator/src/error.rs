@@ -23,6 +23,20 @@ pub enum Error {
         /// What is allowed.
         problem: String,
     },
+    /// An edit of a Network that its held Addresses depend on; the served spec stays.
+    #[error(
+        "network {network}: {fields} cannot change while {held} Addresses of it are held; \
+         the previous spec stays in force. Move the workloads to a new Network (or delete \
+         them), then edit, or revert the edit"
+    )]
+    ImmutableWhileInUse {
+        /// The Network.
+        network: String,
+        /// The changed fields, comma-separated.
+        fields: String,
+        /// How many of its Addresses are held.
+        held: usize,
+    },
     /// Two Networks' ranges overlap; the younger one is refused.
     #[error(
         "network {network}: subnet {subnet} overlaps {other_subnet} of the older network {other}; \
@@ -103,6 +117,23 @@ pub enum Error {
         /// The Network.
         network: String,
     },
+    /// A requested MAC is one OVN's routers or DHCP server answer with on the Network.
+    #[error(
+        "pod {pod}, interface {interface}: MAC {mac} is reserved in network {network} ({what}); \
+         choose another MAC or leave mac out to get one derived from the IP"
+    )]
+    ReservedMac {
+        /// `namespace/name`.
+        pod: String,
+        /// The interface.
+        interface: String,
+        /// The MAC asked for.
+        mac: String,
+        /// The Network.
+        network: String,
+        /// What uses it.
+        what: String,
+    },
     /// No free address is left in the Network's range.
     #[error(
         "network {network}: no free address left for node {node} (the range is exhausted); \
@@ -176,11 +207,13 @@ impl Error {
         match self {
             Error::InvalidNetwork { .. } => "InvalidNetwork",
             Error::OverlappingNetworks { .. } => "OverlappingNetworks",
+            Error::ImmutableWhileInUse { .. } => "ImmutableWhileInUse",
             Error::TransitExhausted { .. } => "TransitExhausted",
             Error::Annotation { .. } => "InvalidInterfaces",
             Error::NoNetwork { .. } => "NoNetwork",
             Error::StaticIpOutsideSubnet { .. } => "StaticIpOutsideSubnet",
             Error::Taken { .. } => "AddressTaken",
+            Error::ReservedMac { .. } => "ReservedMac",
             Error::Exhausted { .. } => "PoolExhausted",
             Error::Plan(_) => "InvalidTopology",
             Error::Ovn(_) => "OvnError",
@@ -199,10 +232,12 @@ impl Error {
         match self {
             Error::InvalidNetwork { .. }
             | Error::OverlappingNetworks { .. }
+            | Error::ImmutableWhileInUse { .. }
             | Error::Annotation { .. }
             | Error::NoNetwork { .. }
             | Error::StaticIpOutsideSubnet { .. }
             | Error::Taken { .. }
+            | Error::ReservedMac { .. }
             | Error::Exhausted { .. }
             | Error::Plan(_)
             | Error::InvalidVm { .. } => true,

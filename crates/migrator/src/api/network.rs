@@ -104,6 +104,11 @@ pub struct NetworkStatus {
     /// address across controller restarts and leader changes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transit: Vec<TransitAddress>,
+    /// The spec the controller serves: the last one it accepted. While Addresses of the
+    /// Network are held, an edit of its subnet, gateway, mode, VLAN, physnet or transit
+    /// subnet is refused (condition `ImmutableWhileInUse`) and this spec stays in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served: Option<NetworkSpec>,
 }
 
 /// One node's address on an overlay network's transit network.

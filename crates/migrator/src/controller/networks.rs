@@ -14,9 +14,11 @@ use kube::Resource;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::{Context, ovn};
-use crate::api::{Network, NetworkMode, TransitAddress};
-use crate::core::network::{NetworkRange, assign_transit, overlapping, validate_network};
+use super::{Context, NETWORK_LABEL, ovn};
+use crate::api::{Address, Network, NetworkMode, TransitAddress};
+use crate::core::network::{
+    NetworkPlan, NetworkRange, assign_transit, in_use_changes, overlapping, validate_network,
+};
 use crate::error::{Error, Result};
 
 pub(super) async fn run(ctx: Arc<Context>) {
@@ -75,6 +77,14 @@ pub(super) async fn pass(ctx: &Arc<Context>) -> Result<()> {
                 Some(e) => Err(e),
                 None => Ok(plan),
             });
+        // an edit that held Addresses cannot follow is refused; the served spec stays
+        let (result, in_use) = match result {
+            Ok(plan) => {
+                let (plan, refusal) = guard_in_use(ctx, name, obj, plan).await?;
+                (Ok(plan), refusal)
+            }
+            Err(e) => (Err(e), None),
+        };
         let result = match result {
             Ok(plan) if plan.mode == NetworkMode::Overlay => {
                 let existing = obj
@@ -93,8 +103,17 @@ pub(super) async fn pass(ctx: &Arc<Context>) -> Result<()> {
             }
             other => other,
         };
-        match result {
-            Ok(plan) => {
+        match (result, in_use) {
+            (Ok(plan), Some(e)) => {
+                tracing::warn!(network = %name, error = %e, "network edit refused; serving the previous spec");
+                ctx.metrics.count("network_errors", e.reason());
+                set_ready(ctx, obj, false, e.reason(), e.to_string()).await?;
+                plans.insert(name.clone(), plan);
+            }
+            (Ok(plan), None) => {
+                if obj.status.as_ref().and_then(|s| s.served.as_ref()) != Some(&obj.spec) {
+                    write_served(ctx, obj).await?;
+                }
                 set_ready(
                     ctx,
                     obj,
@@ -111,12 +130,12 @@ pub(super) async fn pass(ctx: &Arc<Context>) -> Result<()> {
                 .await?;
                 plans.insert(name.clone(), plan);
             }
-            Err(e) if e.is_bad_input() || matches!(e, Error::TransitExhausted { .. }) => {
+            (Err(e), _) if e.is_bad_input() || matches!(e, Error::TransitExhausted { .. }) => {
                 tracing::warn!(network = %name, error = %e, "network refused");
                 ctx.metrics.count("network_errors", e.reason());
                 set_ready(ctx, obj, false, e.reason(), e.to_string()).await?;
             }
-            Err(e) => return Err(e),
+            (Err(e), _) => return Err(e),
         }
     }
     let before: BTreeSet<String> = ctx
@@ -138,6 +157,68 @@ pub(super) async fn pass(ctx: &Arc<Context>) -> Result<()> {
     for n in names {
         ovn::request(ctx, &n);
     }
+    Ok(())
+}
+
+/// `plan` (of the Network's spec) when it may be served, else the plan of the spec served
+/// so far with the refusal to report: the edit changes what held Addresses depend on
+/// ([`in_use_changes`]). The Addresses are counted on a direct LIST (authoritative, and the
+/// cache may not hold a Network's Addresses yet after a restart).
+async fn guard_in_use(
+    ctx: &Context,
+    name: &str,
+    obj: &Network,
+    plan: NetworkPlan,
+) -> Result<(NetworkPlan, Option<Error>)> {
+    let Some(served_spec) = obj.status.as_ref().and_then(|s| s.served.as_ref()) else {
+        return Ok((plan, None));
+    };
+    if served_spec == &obj.spec {
+        return Ok((plan, None));
+    }
+    // a served spec that no longer validates (a rule added since) cannot be kept
+    let Ok(served) = validate_network(name, served_spec) else {
+        return Ok((plan, None));
+    };
+    let fields = in_use_changes(&served, &plan);
+    if fields.is_empty() {
+        return Ok((plan, None));
+    }
+    let api: Api<Address> = Api::all(ctx.client.clone());
+    let held = api
+        .list(&ListParams::default().labels(&format!("{NETWORK_LABEL}={name}")))
+        .await?
+        .items
+        .iter()
+        .filter(|a| a.spec.reserved || a.spec.owner.is_some())
+        .count();
+    if held == 0 {
+        return Ok((plan, None));
+    }
+    let refusal = Error::ImmutableWhileInUse {
+        network: name.into(),
+        fields: fields.join(", "),
+        held,
+    };
+    Ok((served, Some(refusal)))
+}
+
+/// Record the Network's spec as the one served.
+async fn write_served(ctx: &Context, obj: &Network) -> Result<()> {
+    let api: Api<Network> = Api::all(ctx.client.clone());
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let written = api
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"served": obj.spec}})),
+        )
+        .await?;
+    ctx.index
+        .lock()
+        .expect("index lock")
+        .network_objects
+        .insert(name, Arc::new(written));
     Ok(())
 }
 

@@ -210,6 +210,15 @@ pub fn decide(
             source,
         })?;
     if let Some(mac) = requested_mac {
+        if let Some(what) = net.reserved_mac(mac) {
+            return Err(Error::ReservedMac {
+                pod: pod.into(),
+                interface: iface.into(),
+                mac: mac.to_string(),
+                network: net.name.clone(),
+                what,
+            });
+        }
         let text = mac.to_string();
         if let Some(other) = addresses
             .iter()

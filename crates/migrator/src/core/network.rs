@@ -5,8 +5,10 @@ use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+use roam_contract::keys::NETWORK_LABEL;
 use roam_contract::mac_for_ip;
 use roam_dhcp_opts::Ipv4Net;
+use roam_dhcp_opts::MacAddr;
 use roam_network::topology::{NodeSpec, OverlaySpec, UnderlaySpec};
 
 use super::pool::AddressRange;
@@ -34,6 +36,12 @@ pub const DEFAULT_MTU: u16 = UNDERLAY_MTU - ENCAPSULATION_OVERHEAD;
 pub const DEFAULT_PHYSNET: &str = "physnet";
 /// Default overlay transit network.
 pub const DEFAULT_TRANSIT: &str = "169.254.0.0/20";
+/// The smallest MTU a Network may set (IPv4's minimum datagram every host must take).
+pub const MIN_MTU: u16 = 576;
+/// The largest MTU a Network may set (a jumbo frame).
+pub const MAX_MTU: u16 = 9000;
+/// The longest Network name: it is a label value (at most 63 characters) on its Addresses.
+pub const MAX_NAME: usize = 63;
 
 /// A Network, validated, with its defaults filled in.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,6 +93,28 @@ impl NetworkPlan {
     /// The fabric router's transit address: the transit network's first host.
     pub fn fabric_ip(&self) -> Ipv4Addr {
         Ipv4Addr::from(u32::from(self.transit.network()) + 1)
+    }
+
+    /// What already answers with `mac` on this Network, if anything: OVN's routers and DHCP
+    /// server. A workload given one of these MACs would steal its traffic (the node's
+    /// gateway, ARP replies), so a requested MAC equal to one is refused.
+    pub fn reserved_mac(&self, mac: MacAddr) -> Option<String> {
+        match self.mode {
+            NetworkMode::Overlay => {
+                if mac == mac_for_ip(self.gateway()) {
+                    return Some(format!("the gateway {}'s router port", self.gateway()));
+                }
+                // the fabric router and every node router take 0a:58 + their transit IP
+                let o = mac.octets();
+                let ip = Ipv4Addr::new(o[2], o[3], o[4], o[5]);
+                (self.transit.contains(&ip) && mac == mac_for_ip(ip))
+                    .then(|| format!("a router port on the transit network {}", self.transit))
+            }
+            NetworkMode::Underlay => self
+                .vlan
+                .filter(|v| mac == roam_network::topology::dhcp_server_mac(*v))
+                .map(|v| format!("OVN's DHCP server on VLAN {v}")),
+        }
     }
 }
 
@@ -144,6 +174,16 @@ fn parse_excluded(network: &str, s: &str) -> Result<(Ipv4Addr, Ipv4Addr)> {
 
 /// Validate `spec` and fill in its defaults. Nothing is created for a Network that fails.
 pub fn validate_network(name: &str, spec: &NetworkSpec) -> Result<NetworkPlan> {
+    if name.len() > MAX_NAME {
+        return Err(invalid(
+            name,
+            "metadata.name",
+            name,
+            &format!(
+                "at most {MAX_NAME} characters: it is the value of every Address's {NETWORK_LABEL} label"
+            ),
+        ));
+    }
     let subnet = parse_net(name, "subnet", &spec.subnet)?;
     if subnet.prefix_len() > 30 {
         return Err(invalid(
@@ -204,6 +244,19 @@ pub fn validate_network(name: &str, spec: &NetworkSpec) -> Result<NetworkPlan> {
         .iter()
         .map(|e| parse_excluded(name, e))
         .collect::<Result<Vec<_>>>()?;
+    if let Some((e, _)) = spec
+        .excluded
+        .iter()
+        .zip(&excluded)
+        .find(|(_, (a, b))| !subnet.contains(a) || !subnet.contains(b))
+    {
+        return Err(invalid(
+            name,
+            "excluded",
+            e,
+            &format!("not inside the subnet {subnet}: exclude only addresses of the subnet"),
+        ));
+    }
     let dns = spec
         .dns
         .iter()
@@ -216,12 +269,15 @@ pub fn validate_network(name: &str, spec: &NetworkSpec) -> Result<NetworkPlan> {
         NetworkMode::Overlay => DEFAULT_MTU,
         NetworkMode::Underlay => UNDERLAY_MTU,
     });
-    if mtu < 576 {
+    if !(MIN_MTU..=MAX_MTU).contains(&mtu) {
         return Err(invalid(
             name,
             "mtu",
             mtu,
-            "an IPv4 MTU is at least 576 here",
+            &format!(
+                "{MIN_MTU}–{MAX_MTU} (the IPv4 minimum to a jumbo frame); an overlay's also leaves \
+                 {ENCAPSULATION_OVERHEAD} bytes of the node network's MTU for geneve"
+            ),
         ));
     }
     let physnet = spec
@@ -271,6 +327,16 @@ pub fn validate_network(name: &str, spec: &NetworkSpec) -> Result<NetworkPlan> {
     if refill == 0 {
         return Err(invalid(name, "refillPeriodSeconds", 0, "at least 1"));
     }
+    let grace = spec.reclaim_grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS);
+    if grace == 0 {
+        return Err(invalid(
+            name,
+            "reclaimGraceSeconds",
+            0,
+            "at least 1: with no grace a restarting or migrating workload's address goes to \
+             the next claimant at once",
+        ));
+    }
     let range = AddressRange {
         subnet,
         gateway,
@@ -283,16 +349,30 @@ pub fn validate_network(name: &str, spec: &NetworkSpec) -> Result<NetworkPlan> {
         range,
         pool_size: pool_size as usize,
         refill: Duration::from_secs(refill.into()),
-        grace: Duration::from_secs(
-            spec.reclaim_grace_seconds
-                .unwrap_or(DEFAULT_GRACE_SECONDS)
-                .into(),
-        ),
+        grace: Duration::from_secs(grace.into()),
         mtu,
         dns,
         physnet,
         transit,
     })
+}
+
+/// The fields the Network's held Addresses depend on that differ between the plan being
+/// served and the edited one (empty: the edit may apply while Addresses are held). A held
+/// Address keeps its IP, MAC and VLAN: a new subnet, gateway, mode, VLAN, physnet or
+/// transit network would leave it outside what OVN is then told.
+pub fn in_use_changes(served: &NetworkPlan, next: &NetworkPlan) -> Vec<&'static str> {
+    [
+        ("subnet", served.subnet() != next.subnet()),
+        ("gateway", served.gateway() != next.gateway()),
+        ("mode", served.mode != next.mode),
+        ("vlan", served.vlan != next.vlan),
+        ("physnet", served.physnet != next.physnet),
+        ("transitSubnet", served.transit != next.transit),
+    ]
+    .into_iter()
+    .filter_map(|(f, changed)| changed.then_some(f))
+    .collect()
 }
 
 /// A Network as the overlap check sees it: name, creation order key, subnet.
@@ -525,6 +605,123 @@ mod tests {
         let mut s = spec("100.64.0.0/16");
         s.vlan = Some(5);
         assert_eq!(field(validate_network("o", &s).unwrap_err()), "vlan");
+    }
+
+    #[test]
+    fn an_excluded_range_outside_the_subnet_is_refused() {
+        for e in ["10.0.0.0/24", "100.64.0.250-100.64.1.3", "100.65.0.1"] {
+            let mut s = spec("100.64.0.0/24");
+            s.excluded = vec!["100.64.0.2-100.64.0.9".into(), e.into()];
+            let err = validate_network("o", &s).unwrap_err();
+            let msg = err.to_string();
+            assert_eq!(field(err), "excluded", "{e}");
+            assert!(msg.contains(e), "names the bad one: {msg}");
+        }
+    }
+
+    #[test]
+    fn an_mtu_outside_576_to_9000_is_refused() {
+        for (mtu, ok) in [
+            (575, false),
+            (576, true),
+            (9000, true),
+            (9001, false),
+            (0, false),
+        ] {
+            let mut s = spec("100.64.0.0/24");
+            s.mtu = Some(mtu);
+            match validate_network("o", &s) {
+                Ok(p) => assert!(ok && p.mtu == mtu, "{mtu}"),
+                Err(e) => assert!(!ok && field(e) == "mtu", "{mtu}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_zero_reclaim_grace_is_refused() {
+        let mut s = spec("100.64.0.0/24");
+        s.reclaim_grace_seconds = Some(0);
+        assert_eq!(
+            field(validate_network("o", &s).unwrap_err()),
+            "reclaimGraceSeconds"
+        );
+        s.reclaim_grace_seconds = Some(1);
+        assert_eq!(
+            validate_network("o", &s).unwrap().grace,
+            Duration::from_secs(1)
+        );
+    }
+
+    #[test]
+    fn a_network_name_longer_than_a_label_value_is_refused() {
+        let s = spec("100.64.0.0/24");
+        assert!(validate_network(&"n".repeat(MAX_NAME), &s).is_ok());
+        let e = validate_network(&"n".repeat(MAX_NAME + 1), &s).unwrap_err();
+        assert_eq!(field(e), "metadata.name");
+    }
+
+    #[test]
+    fn reserved_macs_are_the_routers_and_the_dhcp_servers() {
+        let p = validate_network("o", &spec("100.64.0.0/24")).unwrap();
+        assert!(p.reserved_mac(mac_for_ip(p.gateway())).is_some());
+        assert!(p.reserved_mac(mac_for_ip(p.fabric_ip())).is_some());
+        assert!(
+            p.reserved_mac(mac_for_ip("169.254.15.254".parse().unwrap()))
+                .is_some()
+        );
+        assert!(
+            p.reserved_mac(mac_for_ip("169.254.16.1".parse().unwrap()))
+                .is_none()
+        );
+        assert!(
+            p.reserved_mac(mac_for_ip("100.64.0.20".parse().unwrap()))
+                .is_none()
+        );
+        let mut s = spec("10.1.0.0/24");
+        s.mode = NetworkMode::Underlay;
+        s.vlan = Some(300);
+        let v = validate_network("v", &s).unwrap();
+        assert!(
+            v.reserved_mac(roam_network::topology::dhcp_server_mac(300))
+                .is_some()
+        );
+        assert!(
+            v.reserved_mac(roam_network::topology::dhcp_server_mac(301))
+                .is_none()
+        );
+        assert!(
+            v.reserved_mac(mac_for_ip(v.gateway())).is_none(),
+            "the VLAN's router is not OVN's"
+        );
+    }
+
+    #[test]
+    fn an_edit_of_what_held_addresses_depend_on_is_named() {
+        let served = validate_network("o", &spec("100.64.0.0/24")).unwrap();
+        let mut s = spec("100.64.0.0/24");
+        s.pool_size_per_node = Some(20);
+        s.mtu = Some(1300);
+        s.excluded = vec!["100.64.0.200-100.64.0.210".into()];
+        s.dns = vec!["10.0.0.53".into()];
+        let next = validate_network("o", &s).unwrap();
+        assert!(
+            in_use_changes(&served, &next).is_empty(),
+            "pool, MTU, DNS, excluded may change"
+        );
+        let mut s = spec("100.64.0.0/23");
+        s.gateway = Some("100.64.0.254".into());
+        s.transit_subnet = Some("169.254.16.0/20".into());
+        let next = validate_network("o", &s).unwrap();
+        assert_eq!(
+            in_use_changes(&served, &next),
+            ["subnet", "gateway", "transitSubnet"]
+        );
+        let mut s = spec("100.64.0.0/24");
+        s.mode = NetworkMode::Underlay;
+        s.vlan = Some(10);
+        s.physnet = Some("dc".into());
+        let next = validate_network("o", &s).unwrap();
+        assert_eq!(in_use_changes(&served, &next), ["mode", "vlan", "physnet"]);
     }
 
     #[test]

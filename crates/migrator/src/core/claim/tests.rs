@@ -293,6 +293,37 @@ fn a_requested_mac_held_by_another_is_refused() {
 }
 
 #[test]
+fn a_requested_mac_of_a_router_or_dhcp_server_is_refused() {
+    let nets = vec![net(), vlan_net()];
+    let ask = |mode: &str, mac: &str| {
+        let json = match mode {
+            "overlay" => {
+                format!(r#"[{{"mode":"overlay","interface":{{"name":"eth0","mac":"{mac}"}}}}]"#)
+            }
+            _ => format!(
+                r#"[{{"mode":"underlay","vlan":{{"tag":116}},"interface":{{"name":"eth0","mac":"{mac}"}}}}]"#
+            ),
+        };
+        let r = one(&nets, Some(&json));
+        decide("ns/p", "ns-p", "node-a", &r, &[], &BTreeSet::new())
+    };
+    for (mode, mac, what) in [
+        ("overlay", "0a:58:64:40:00:01", "gateway"),
+        ("overlay", "0a:58:a9:fe:00:01", "transit"),
+        ("overlay", "0a:58:a9:fe:00:07", "transit"),
+        ("underlay", "0a:00:00:d4:00:74", "DHCP server"),
+    ] {
+        let e = ask(mode, mac).unwrap_err();
+        assert_eq!(e.reason(), "ReservedMac", "{mac}: {e}");
+        assert!(e.to_string().contains(what), "{e}");
+        assert!(e.is_bad_input());
+    }
+    // the same bytes where nothing uses them are a workload's to take
+    assert!(ask("overlay", "0a:58:64:40:00:50").is_ok());
+    assert!(ask("underlay", "0a:00:00:d4:00:75").is_ok());
+}
+
+#[test]
 fn ports_come_from_live_addresses_on_known_nodes() {
     let mut live = addr("node-a", 80, Some("ns-a"));
     live.spec.service_class = Some("lowlatency".into());
