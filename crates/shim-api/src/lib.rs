@@ -6,6 +6,8 @@
 //! - [`client`]: an async HTTP/1.1 client of the API;
 //! - [`launch`]: the shim's command line, typed: rendered by the controller, parsed by the
 //!   shim (pure);
+//! - [`limits`]: what a VM may be (vCPUs, memory, NICs, names, boot paths), checked by the
+//!   controller and the shim alike (pure);
 //! - [`token`]: the VM's API token as a shim checks it (its SHA-256 digest);
 //! - [`serve`]: the hardened HTTP/1.1 server every roam endpoint runs on (the shim's API,
 //!   the controller's metrics and probes): connection cap, timeouts, size limits.
@@ -19,6 +21,7 @@ pub mod client;
 mod error;
 pub mod events;
 pub mod launch;
+pub mod limits;
 pub mod serve;
 pub mod token;
 

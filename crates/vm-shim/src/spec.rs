@@ -6,16 +6,10 @@ use roam_dhcp_opts::MacAddr;
 
 use crate::{Error, Result};
 
-/// Smallest memory accepted: a floor against a mistyped size, not a promise that a guest
-/// boots in it.
-pub const MIN_MEMORY_MIB: u64 = 32;
-/// Largest memory accepted (1 TiB).
-pub const MAX_MEMORY_MIB: u64 = 1 << 20;
-/// Most vCPUs accepted (QEMU's `pc` machine limit).
-pub const MAX_VCPUS: u32 = 255;
-/// Most NICs accepted (each takes a PCI slot of the `pc` machine; 8 is plenty for a VM on a
-/// few networks).
-pub const MAX_NICS: usize = 8;
+pub use roam_shim_api::limits::{MAX_MEMORY_MIB, MAX_NICS, MAX_VCPUS, MIN_MEMORY_MIB};
+use roam_shim_api::limits::{
+    boot_path_problem, cmdline_problem, disk_format_problem, domain_name_problem,
+};
 
 /// How the guest boots.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,17 +70,8 @@ impl VmSpec {
                 problem,
             })
         };
-        if self.name.is_empty()
-            || self.name.len() > 63
-            || !self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
-        {
-            return bad(format!(
-                "name {:?}: use 1-63 characters from a-z, A-Z, 0-9, '-', '_', '.'",
-                self.name
-            ));
+        if let Some(p) = domain_name_problem(&self.name) {
+            return bad(p);
         }
         if self.vcpus == 0 || self.vcpus > MAX_VCPUS {
             return bad(format!("{} vCPUs: use 1 to {MAX_VCPUS}", self.vcpus));
@@ -103,26 +88,23 @@ impl VmSpec {
                 initrd,
                 cmdline,
             } => {
-                for (what, p) in
-                    std::iter::once(("kernel", kernel)).chain(initrd.iter().map(|i| ("initrd", i)))
-                {
-                    if !p.is_absolute() {
-                        return bad(format!("{what} path {} must be absolute", p.display()));
+                let initrd = initrd.iter().map(|i| ("initrd", i));
+                for (what, p) in std::iter::once(("kernel", kernel)).chain(initrd) {
+                    if let Some(problem) = boot_path_problem(what, &p.display().to_string()) {
+                        return bad(problem);
                     }
                 }
-                if cmdline.contains(['\n', '\0']) {
-                    return bad("the kernel command line must be one line".into());
+                if let Some(problem) = cmdline_problem(cmdline) {
+                    return bad(problem);
                 }
             }
             Boot::Disk { image, format } => {
-                if !image.is_absolute() {
-                    return bad(format!(
-                        "disk image path {} must be absolute",
-                        image.display()
-                    ));
+                if let Some(problem) = boot_path_problem("disk image", &image.display().to_string())
+                {
+                    return bad(problem);
                 }
-                if format != "qcow2" && format != "raw" {
-                    return bad(format!("disk format {format:?}: use qcow2 or raw"));
+                if let Some(problem) = disk_format_problem(format) {
+                    return bad(problem);
                 }
             }
         }

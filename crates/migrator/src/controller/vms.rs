@@ -37,10 +37,10 @@ use crate::core::launcher::{Mode, launcher_trouble, pod_failed, pod_running};
 use crate::core::placement::{self, Need, NodeFacts, Taint};
 use crate::core::vm::readiness::{condition, readiness, set_condition};
 use crate::core::vm::tap_name;
-use crate::core::vm::teardown;
 use crate::core::vm::{
     PortBook, VmNic, account_resets, interface_status, nics as vm_nics, resolve_vm,
 };
+use crate::core::vm::{teardown, validate};
 use crate::error::{Error, Result};
 use roam_contract::keys::VM_FINALIZER;
 
@@ -132,34 +132,40 @@ pub(super) async fn node_facts(ctx: &Context) -> Result<Vec<NodeFacts>> {
     }
     Ok(nodes
         .iter()
-        .map(|n| {
-            let name = n.name_any();
-            let spec = n.spec.clone().unwrap_or_default();
-            NodeFacts {
-                ready: node_ip_if_ready(n).is_some(),
-                unschedulable: spec.unschedulable.unwrap_or(false),
-                taints: spec
-                    .taints
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|t| Taint {
-                        key: t.key,
-                        value: t.value.unwrap_or_default(),
-                        effect: t.effect,
-                    })
-                    .collect(),
-                labels: n.labels().clone(),
-                allocatable_mib: n
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.allocatable.as_ref()?.get("memory"))
-                    .and_then(|q| placement::memory_mib(&q.0))
-                    .unwrap_or(0),
-                requested_mib: requested.get(&name).copied().unwrap_or(0),
-                name,
-            }
-        })
+        .map(|n| facts_of(n, requested.get(&n.name_any()).copied().unwrap_or(0)))
         .collect())
+}
+
+/// What placement needs to know of node `n`, on which pods request `requested_mib`.
+fn facts_of(n: &Node, requested_mib: u64) -> NodeFacts {
+    let spec = n.spec.clone().unwrap_or_default();
+    let allocatable = |what: &str| {
+        n.status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref()?.get(what))
+            .map(|q| q.0.clone())
+    };
+    NodeFacts {
+        name: n.name_any(),
+        ready: node_ip_if_ready(n).is_some(),
+        unschedulable: spec.unschedulable.unwrap_or(false),
+        taints: spec
+            .taints
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| Taint {
+                key: t.key,
+                value: t.value.unwrap_or_default(),
+                effect: t.effect,
+            })
+            .collect(),
+        labels: n.labels().clone(),
+        allocatable_mib: allocatable("memory")
+            .and_then(|q| placement::memory_mib(&q))
+            .unwrap_or(0),
+        requested_mib,
+        cpus: allocatable("cpu").and_then(|q| placement::whole_cpus(&q)),
+    }
 }
 
 /// The VM's token (its Secret, created with a random token the first time).
@@ -410,9 +416,26 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
         return teardown(&ctx, &vm).await;
     }
     ctx.wait_synced().await;
+    let mut st = vm.status.clone().unwrap_or_default();
+    if st.node.is_none() && st.pod.is_none() {
+        // nothing exists for it yet: a spec no retry can fix creates nothing
+        let problems = validate::problems(
+            &vm.namespace().unwrap_or_default(),
+            &vm.name_any(),
+            &vm.spec,
+        );
+        if !problems.is_empty() {
+            let e = Error::InvalidVm {
+                vm: vm_key(&vm),
+                problem: problems.join("; "),
+            };
+            refuse(&ctx, &vm, st, e).await?;
+            // only an edit can fix it
+            return Ok(Action::await_change());
+        }
+    }
     // before anything exists for it: a deleted VM is held until it is gone from every node
     set_finalizer(&ctx, &vm, true).await?;
-    let mut st = vm.status.clone().unwrap_or_default();
     if let Some(value) = vm.annotations().get(MIGRATE_TO).cloned() {
         trigger_migration(&ctx, &vm, &value).await?;
         return Ok(Action::requeue(Duration::from_millis(200)));
@@ -421,8 +444,11 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
         // the migration controller owns the VM's pods and status until it ends
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
-    let Some((node, node_ip)) = place(&ctx, &vm, &mut st).await? else {
-        return Ok(Action::requeue(Duration::from_secs(5)));
+    let (node, node_ip) = match place(&ctx, &vm, &mut st).await {
+        Ok(Some(placed)) => placed,
+        Ok(None) => return Ok(Action::requeue(Duration::from_secs(5))),
+        Err(e) if e.is_bad_input() => return refuse(&ctx, &vm, st, e).await,
+        Err(e) => return Err(e),
     };
     let pod_name = st
         .pod
@@ -507,10 +533,22 @@ async fn place(
             Err(why) => (None, Some(why)),
         },
     };
-    let ip = match &node {
-        Some(n) => ready_node_ip(ctx, n).await?,
+    let found = match &node {
+        Some(n) => Api::<Node>::all(ctx.client.clone()).get_opt(n).await?,
         None => None,
     };
+    if let (None, Some(_), Some(n)) = (&st.node, &vm.spec.node, &found) {
+        // pinned to a node that could never hold the VM: refused, not waited for
+        if let Some(why) = placement::never_fits(&facts_of(n, 0), &Need::of(&vm.spec)) {
+            return Err(Error::InvalidVm {
+                vm: vm_key(vm),
+                problem: format!(
+                    "{why}: pin it to a larger node (spec.node) or leave spec.node out"
+                ),
+            });
+        }
+    }
+    let ip = found.as_ref().and_then(node_ip_if_ready);
     if let (Some(node), Some(ip)) = (node.clone(), ip) {
         return Ok(Some((node, ip)));
     }
@@ -521,6 +559,14 @@ async fn place(
             format!("node {n} does not exist or is not Ready"),
         ),
     };
+    let told = st
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.reason == reason);
+    if !told {
+        // once per reason, not on every retry
+        ctx.event(vm.object_ref(&()), true, reason, "Schedule", msg.clone());
+    }
     st.phase = VmPhase::Scheduling;
     set_condition(
         &mut st.conditions,

@@ -68,6 +68,9 @@ pub struct NodeFacts {
     pub allocatable_mib: u64,
     /// What the pods bound to it (not finished) request, MiB.
     pub requested_mib: u64,
+    /// `status.allocatable.cpu`, whole CPUs (rounded down); `None` when the node does not
+    /// say.
+    pub cpus: Option<u32>,
 }
 
 /// What the VM's launcher pod needs of a node.
@@ -79,6 +82,8 @@ pub struct Need {
     pub tolerations: Vec<Toleration>,
     /// Labels the node must carry.
     pub node_selector: BTreeMap<String, String>,
+    /// The VM's vCPUs: a node with fewer allocatable CPUs cannot run it.
+    pub cpus: u32,
 }
 
 impl Need {
@@ -105,9 +110,37 @@ impl Need {
                 })
                 .collect(),
             node_selector: spec.node_selector.clone(),
+            cpus: spec.cpu,
             ..Need::vm(spec.memory_mib)
         }
     }
+}
+
+/// Whether `n` could ever take `need`, were nothing else on it: its allocatable memory and
+/// CPUs. `Some(why)`: never — a VM pinned to it is refused rather than left waiting.
+pub fn never_fits(n: &NodeFacts, need: &Need) -> Option<String> {
+    if let Some(cpus) = n.cpus.filter(|c| *c < need.cpus) {
+        return Some(format!(
+            "node {} has {cpus} allocatable CPUs, the VM {} vCPUs",
+            n.name, need.cpus
+        ));
+    }
+    (n.allocatable_mib > 0 && n.allocatable_mib < need.memory_mib).then(|| {
+        format!(
+            "node {} has {} MiB of allocatable memory, the launcher requests {} MiB",
+            n.name, n.allocatable_mib, need.memory_mib
+        )
+    })
+}
+
+/// A CPU quantity (`2`, `1500m`, `0.5`) in whole CPUs, rounded down; `None`: unreadable.
+pub fn whole_cpus(q: &str) -> Option<u32> {
+    let q = q.trim();
+    let milli: f64 = match q.strip_suffix('m') {
+        Some(m) => m.parse().ok()?,
+        None => q.parse::<f64>().ok()? * 1000.0,
+    };
+    (milli.is_finite() && milli >= 0.0).then(|| (milli / 1000.0).floor() as u32)
 }
 
 /// A memory quantity (`256Mi`, `1.5Gi`, `512M`, `1073741824`) in MiB, rounded up; `None`:
@@ -162,6 +195,12 @@ pub fn unfit(n: &NodeFacts, need: &Need) -> Option<String> {
         .find(|(k, v)| n.labels.get(*k) != Some(*v))
     {
         return Some(format!("no label {k}={v}"));
+    }
+    if let Some(cpus) = n.cpus.filter(|c| *c < need.cpus) {
+        return Some(format!(
+            "{cpus} allocatable CPUs, the VM has {} vCPUs",
+            need.cpus
+        ));
     }
     let free = n.allocatable_mib.saturating_sub(n.requested_mib);
     if free < need.memory_mib {
@@ -239,7 +278,10 @@ mod tests {
                 node_selector: Default::default(),
                 ..spec
             }),
-            Need::vm(256)
+            Need {
+                cpus: 1,
+                ..Need::vm(256)
+            }
         );
     }
 
@@ -254,6 +296,42 @@ mod tests {
             requested_mib: 8192 - free_mib,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_node_with_fewer_cpus_than_the_vm_has_vcpus_does_not_fit() {
+        let need = Need {
+            cpus: 4,
+            ..Need::vm(256)
+        };
+        let small = NodeFacts {
+            cpus: Some(2),
+            ..node("node-a", 4000)
+        };
+        let big = NodeFacts {
+            cpus: Some(4),
+            ..node("node-b", 1000)
+        };
+        assert!(unfit(&small, &need).unwrap().contains("2 allocatable CPUs"));
+        assert_eq!(unfit(&big, &need), None);
+        assert_eq!(pick(&[small.clone(), big], None, &need).unwrap(), "node-b");
+        assert!(never_fits(&small, &need).is_some());
+        let unknown = node("node-c", 4000);
+        assert_eq!(
+            never_fits(&unknown, &need),
+            None,
+            "a node that does not say"
+        );
+        let tiny = NodeFacts {
+            allocatable_mib: 200,
+            requested_mib: 0,
+            ..node("node-d", 200)
+        };
+        assert!(never_fits(&tiny, &need).unwrap().contains("200 MiB"));
+        assert_eq!(whole_cpus("2"), Some(2));
+        assert_eq!(whole_cpus("1500m"), Some(1));
+        assert_eq!(whole_cpus("0.5"), Some(0));
+        assert_eq!(whole_cpus("lots"), None);
     }
 
     #[test]
@@ -394,6 +472,7 @@ mod tests {
                 labels: BTreeMap::new(),
                 allocatable_mib: alloc,
                 requested_mib: req.min(alloc),
+                cpus: None,
             })
     }
 

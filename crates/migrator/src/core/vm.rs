@@ -451,6 +451,7 @@ pub fn account_resets(
 
 pub mod readiness;
 pub mod teardown;
+pub mod validate;
 
 #[cfg(test)]
 mod tests;

@@ -71,7 +71,7 @@ fn edited(subnet: &str) -> Network {
 async fn a_subnet_edit_while_addresses_are_held_is_refused_and_the_served_spec_stays() {
     let net = edited("10.2.0.0/24");
     let held = address("a-10-1-0-5", "a", "10.1.0.5", Some("ns/vm"), "node-a");
-    let (ctx, api) = context(&[net.clone()], &["node-a"], &[]);
+    let (ctx, api) = context(std::slice::from_ref(&net), &["node-a"], &[]);
     api.put(&net);
     api.put(&held);
     api.expect(Scenario::Steps(vec![
@@ -112,7 +112,7 @@ async fn a_subnet_edit_while_addresses_are_held_is_refused_and_the_served_spec_s
 async fn a_subnet_edit_with_no_address_held_applies() {
     let net = edited("10.2.0.0/24");
     let free = address("a-10-1-0-6", "a", "10.1.0.6", None, "node-a");
-    let (ctx, api) = context(&[net.clone()], &["node-a"], &[]);
+    let (ctx, api) = context(std::slice::from_ref(&net), &["node-a"], &[]);
     api.put(&net);
     api.put(&free);
     api.expect(Scenario::Steps(vec![

@@ -354,3 +354,105 @@ async fn a_deleted_vm_is_torn_down_on_its_node_before_it_goes() {
     api.done().await;
     assert!(shim.take_calls().is_empty(), "no second teardown");
 }
+
+/// A spec no retry can fix (0 vCPUs, a boot path with `..`): one status write and one
+/// Warning Event that name every problem; no finalizer, Address, Secret or pod — and no
+/// requeue: only an edit brings it back.
+#[tokio::test]
+async fn a_vm_whose_spec_cannot_run_is_refused_before_anything_is_created() {
+    let (ctx, api) = context(
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a"],
+        &[],
+    );
+    api.put(&node("node-a", "127.0.0.1"));
+    let mut bad = vm();
+    bad.spec.cpu = 0;
+    bad.spec.boot = crate::api::Boot::Kernel {
+        kernel: "/g/../etc/shadow".into(),
+        initrd: None,
+        cmdline: None,
+    };
+    api.put(&bad);
+    api.expect(Scenario::Steps(vec![
+        Expect::patch(format!("{VMS}/demo/status?")).with(json!({"status": {"phase": "Failed"}})),
+    ]));
+    let action = reconcile(Arc::new(bad), ctx.clone())
+        .await
+        .expect("reconcile");
+    api.done().await;
+    assert_eq!(action, kube::runtime::controller::Action::await_change());
+    let st = api
+        .get::<VirtualMachine>(&format!("{VMS}/demo"))
+        .and_then(|v| v.status)
+        .expect("a status");
+    let ready = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("Ready");
+    assert_eq!(ready.reason, "InvalidVirtualMachine");
+    assert!(
+        ready.message.contains("cpu 0: use 1 to 255")
+            && ready.message.contains("kernel path \"/g/../etc/shadow\""),
+        "{}",
+        ready.message
+    );
+    assert_eq!(st.node, None);
+    assert_eq!(st.pod, None);
+    api.events(&["InvalidVirtualMachine"]).await;
+}
+
+/// A VM pinned (`spec.node`) to a node that could never hold it — fewer allocatable CPUs
+/// than its vCPUs — is refused at once, saying how to fix it, instead of waiting in
+/// Scheduling forever; nothing is created for it.
+#[tokio::test]
+async fn a_vm_pinned_to_a_node_too_small_for_it_is_refused() {
+    let (ctx, api) = context(
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a"],
+        &[],
+    );
+    let mut small = node("node-a", "127.0.0.1");
+    if let Some(a) = small.status.as_mut().and_then(|s| s.allocatable.as_mut()) {
+        a.insert(
+            "cpu".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("2".into()),
+        );
+    }
+    api.put(&small);
+    let mut v = vm();
+    v.spec.cpu = 4;
+    v.spec.node = Some("node-a".into());
+    api.put(&v);
+    let _ = reconcile(Arc::new(v), ctx.clone())
+        .await
+        .expect("reconcile");
+    let st = api
+        .get::<VirtualMachine>(&format!("{VMS}/demo"))
+        .and_then(|v| v.status)
+        .expect("a status");
+    assert_eq!(st.phase, VmPhase::Failed, "{st:?}");
+    let ready = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("Ready");
+    assert!(
+        ready.message.contains(
+            "node node-a has 2 allocatable CPUs, the VM 4 vCPUs: pin it to a larger node"
+        ),
+        "{}",
+        ready.message
+    );
+    assert!(
+        api.list::<Address>("/apis/roam.dev/v1alpha1/addresses")
+            .iter()
+            .all(|a| a.spec.owner.is_none())
+    );
+    assert!(
+        api.get::<k8s_openapi::api::core::v1::Pod>("/api/v1/namespaces/ns/pods/demo-launcher")
+            .is_none()
+    );
+    api.events(&["InvalidVirtualMachine"]).await;
+}

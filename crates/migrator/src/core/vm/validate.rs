@@ -1,0 +1,201 @@
+//! A VirtualMachine's spec, checked before anything is created for it (no Address, Secret or
+//! pod): what the shim would refuse on the node (the same [`roam_shim_api::limits`]), what
+//! Kubernetes would refuse in the objects made from it (a label value of its name), and what
+//! roam allows to boot from.
+
+use roam_contract::annotation::MAX_INTERFACES;
+use roam_shim_api::limits::{
+    MAX_MEMORY_MIB, MAX_NICS, MAX_VCPUS, MIN_MEMORY_MIB, boot_path_problem, cmdline_problem,
+    disk_format_problem, domain_name_problem,
+};
+
+use crate::api::{Boot, VirtualMachineSpec};
+use crate::core::launcher::domain_name;
+
+/// The longest VM name: it is the value of its pods' `roam.dev/vm` label.
+pub const MAX_NAME: usize = 63;
+
+// a VM's interfaces are parsed as a pod's: the shim must take as many NICs as they allow
+const _: () = assert!(MAX_INTERFACES <= MAX_NICS);
+
+/// Every problem of VM `ns/name`'s spec that no retry can fix, each saying what is allowed;
+/// empty: it may be started. Interfaces are checked later against the Networks
+/// ([`super::resolve_vm`]), node capacity against the chosen node.
+pub fn problems(ns: &str, name: &str, spec: &VirtualMachineSpec) -> Vec<String> {
+    let mut out = Vec::new();
+    if name.len() > MAX_NAME {
+        out.push(format!(
+            "the name is {} characters; at most {MAX_NAME} (it is the value of its pods' \
+             roam.dev/vm label)",
+            name.len()
+        ));
+    }
+    if let Some(p) = domain_name_problem(&domain_name(ns, name)) {
+        out.push(format!(
+            "{p}: namespace and name together are at most {} characters",
+            roam_shim_api::limits::MAX_DOMAIN_NAME - 1
+        ));
+    }
+    if !(1..=MAX_VCPUS).contains(&spec.cpu) {
+        out.push(format!("cpu {}: use 1 to {MAX_VCPUS}", spec.cpu));
+    }
+    if !(MIN_MEMORY_MIB..=MAX_MEMORY_MIB).contains(&spec.memory_mib) {
+        out.push(format!(
+            "memoryMiB {}: use {MIN_MEMORY_MIB} to {MAX_MEMORY_MIB}",
+            spec.memory_mib
+        ));
+    }
+    if spec.interfaces.len() > MAX_INTERFACES {
+        out.push(format!(
+            "{} interfaces; a VM has at most {MAX_INTERFACES}",
+            spec.interfaces.len()
+        ));
+    }
+    match &spec.boot {
+        Boot::Kernel {
+            kernel,
+            initrd,
+            cmdline,
+        } => {
+            out.extend(boot_path_problem("kernel", kernel));
+            out.extend(initrd.iter().filter_map(|i| boot_path_problem("initrd", i)));
+            out.extend(cmdline.as_deref().and_then(cmdline_problem));
+        }
+        Boot::Disk { image, format } => {
+            out.extend(boot_path_problem("disk image", image));
+            out.extend(disk_format_problem(format));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> VirtualMachineSpec {
+        serde_json::from_value(serde_json::json!({
+            "cpu": 1, "memoryMiB": 256,
+            "boot": {"kernel": {"kernel": "/g/vmlinuz", "initrd": "/g/initramfs.gz",
+                                "cmdline": "console=ttyS0"}},
+        }))
+        .unwrap()
+    }
+
+    fn refused(ns: &str, name: &str, s: &VirtualMachineSpec, needle: &str) {
+        let p = problems(ns, name, s);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains(needle), "{needle:?} not in {p:?}");
+    }
+
+    #[test]
+    fn a_good_spec_has_no_problem() {
+        assert!(problems("ns", "demo", &spec()).is_empty());
+    }
+
+    #[test]
+    fn cpus_outside_1_to_255_are_refused() {
+        for (cpu, ok) in [(0, false), (1, true), (255, true), (256, false)] {
+            let mut s = spec();
+            s.cpu = cpu;
+            assert_eq!(problems("ns", "demo", &s).is_empty(), ok, "{cpu}");
+        }
+        let mut s = spec();
+        s.cpu = 0;
+        refused("ns", "demo", &s, "use 1 to 255");
+    }
+
+    #[test]
+    fn memory_outside_32_mib_to_1_tib_is_refused() {
+        for (mib, ok) in [
+            (31, false),
+            (32, true),
+            (1 << 20, true),
+            ((1 << 20) + 1, false),
+        ] {
+            let mut s = spec();
+            s.memory_mib = mib;
+            assert_eq!(problems("ns", "demo", &s).is_empty(), ok, "{mib}");
+        }
+    }
+
+    #[test]
+    fn more_than_8_interfaces_are_refused() {
+        let mut s = spec();
+        s.interfaces = (0..9)
+            .map(|i| {
+                serde_json::from_value(serde_json::json!({"name": format!("eth{i}")})).unwrap()
+            })
+            .collect();
+        refused("ns", "demo", &s, "at most 8");
+        s.interfaces.pop();
+        assert!(problems("ns", "demo", &s).is_empty());
+    }
+
+    #[test]
+    fn a_name_longer_than_a_label_value_is_refused() {
+        let p = problems("n", &"v".repeat(64), &spec());
+        assert!(p[0].contains("at most 63"), "{p:?}");
+        assert!(problems("n", &"v".repeat(60), &spec()).is_empty());
+    }
+
+    #[test]
+    fn namespace_and_name_longer_than_a_domain_name_are_refused() {
+        refused(&"n".repeat(30), &"v".repeat(33), &spec(), "together");
+        assert!(problems(&"n".repeat(30), &"v".repeat(32), &spec()).is_empty());
+    }
+
+    #[test]
+    fn boot_paths_that_are_not_plain_absolute_paths_are_refused() {
+        let kernel = |k: &str, i: Option<&str>, c: Option<&str>| VirtualMachineSpec {
+            boot: Boot::Kernel {
+                kernel: k.into(),
+                initrd: i.map(Into::into),
+                cmdline: c.map(Into::into),
+            },
+            ..spec()
+        };
+        refused("ns", "d", &kernel("vmlinuz", None, None), "kernel path");
+        refused(
+            "ns",
+            "d",
+            &kernel("/g/../etc/shadow", None, None),
+            "plain path",
+        );
+        refused(
+            "ns",
+            "d",
+            &kernel("/g/k", Some("/g//i"), None),
+            "initrd path",
+        );
+        refused(
+            "ns",
+            "d",
+            &kernel("/g/k", None, Some("a\ninit=/bin/sh")),
+            "one line",
+        );
+        let disk = |image: &str, format: &str| VirtualMachineSpec {
+            boot: Boot::Disk {
+                image: image.into(),
+                format: format.into(),
+            },
+            ..spec()
+        };
+        assert!(problems("ns", "d", &disk("/images/d.qcow2", "qcow2")).is_empty());
+        refused(
+            "ns",
+            "d",
+            &disk("images/d.qcow2", "qcow2"),
+            "disk image path",
+        );
+        refused("ns", "d", &disk("/images/d.vmdk", "vmdk"), "qcow2 or raw");
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let mut s = spec();
+        s.cpu = 0;
+        s.memory_mib = 1;
+        assert_eq!(problems("ns", "demo", &s).len(), 2);
+    }
+}

@@ -1,0 +1,122 @@
+//! What a VM may be, as numbers and rules both sides check: the controller before it creates
+//! anything for a VirtualMachine, the shim before it defines a domain. One definition, so
+//! the controller never creates a launcher the shim would refuse.
+
+/// Smallest memory accepted: a floor against a mistyped size, not a promise that a guest
+/// boots in it.
+pub const MIN_MEMORY_MIB: u64 = 32;
+/// Largest memory accepted (1 TiB).
+pub const MAX_MEMORY_MIB: u64 = 1 << 20;
+/// Most vCPUs accepted (QEMU's `pc` machine limit).
+pub const MAX_VCPUS: u32 = 255;
+/// Most NICs accepted (each takes a PCI slot of the `pc` machine; 8 is plenty for a VM on a
+/// few networks).
+pub const MAX_NICS: usize = 8;
+/// Longest domain name.
+pub const MAX_DOMAIN_NAME: usize = 63;
+/// Longest kernel command line (Linux's `COMMAND_LINE_SIZE` on x86, with its NUL).
+pub const MAX_CMDLINE: usize = 2047;
+/// Longest boot file path.
+pub const MAX_PATH: usize = 4096;
+
+/// What is wrong with a domain name, if anything.
+pub fn domain_name_problem(name: &str) -> Option<String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_DOMAIN_NAME
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
+    (!ok).then(|| {
+        format!(
+            "domain name {name:?}: use 1-{MAX_DOMAIN_NAME} characters from a-z, A-Z, 0-9, '-', '_', '.'"
+        )
+    })
+}
+
+/// What is wrong with a boot file's path (`what`: `kernel`, `initrd`, `disk image`), if
+/// anything: it must be absolute and plain — no `.` or `..` component, no empty one, no
+/// control character — so what is checked is what is opened.
+pub fn boot_path_problem(what: &str, path: &str) -> Option<String> {
+    let problem = if !path.starts_with('/') {
+        "must be absolute"
+    } else if path.len() > MAX_PATH {
+        "is longer than 4096 bytes"
+    } else if path.chars().any(char::is_control) {
+        "holds a control character"
+    } else if path[1..]
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        "must be a plain path to a file (no '.', '..', '//' or trailing '/')"
+    } else {
+        return None;
+    };
+    Some(format!("{what} path {path:?} {problem}"))
+}
+
+/// What is wrong with a kernel command line, if anything.
+pub fn cmdline_problem(cmdline: &str) -> Option<String> {
+    if cmdline.chars().any(char::is_control) {
+        Some("the kernel command line must be one line without control characters".into())
+    } else if cmdline.len() > MAX_CMDLINE {
+        Some(format!(
+            "the kernel command line is {} bytes; Linux takes at most {MAX_CMDLINE}",
+            cmdline.len()
+        ))
+    } else {
+        None
+    }
+}
+
+/// What is wrong with a disk format, if anything.
+pub fn disk_format_problem(format: &str) -> Option<String> {
+    (format != "qcow2" && format != "raw")
+        .then(|| format!("disk format {format:?}: use qcow2 or raw"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_paths_are_absolute_and_plain() {
+        for ok in [
+            "/var/cache/roam/guest/vmlinuz",
+            "/a",
+            "/images/disk-1.qcow2",
+        ] {
+            assert_eq!(boot_path_problem("kernel", ok), None, "{ok}");
+        }
+        for (bad, why) in [
+            ("vmlinuz", "absolute"),
+            ("/images/../etc/shadow", "plain"),
+            ("/images/./disk", "plain"),
+            ("/images//disk", "plain"),
+            ("/images/", "plain"),
+            ("/", "plain"),
+            ("/images/disk\n", "control"),
+        ] {
+            let p = boot_path_problem("disk image", bad).expect(bad);
+            assert!(p.contains(why), "{bad}: {p}");
+        }
+        assert!(boot_path_problem("kernel", &format!("/{}", "a".repeat(MAX_PATH))).is_some());
+    }
+
+    #[test]
+    fn command_lines_are_one_line_within_linuxs_limit() {
+        assert_eq!(cmdline_problem("console=ttyS0 quiet"), None);
+        assert!(cmdline_problem("console=ttyS0\ninit=/bin/sh").is_some());
+        assert!(cmdline_problem(&"a".repeat(MAX_CMDLINE)).is_none());
+        assert!(cmdline_problem(&"a".repeat(MAX_CMDLINE + 1)).is_some());
+    }
+
+    #[test]
+    fn domain_names_and_formats() {
+        assert_eq!(domain_name_problem("ns_demo"), None);
+        assert!(domain_name_problem("").is_some());
+        assert!(domain_name_problem(&"a".repeat(64)).is_some());
+        assert!(domain_name_problem("a/b").is_some());
+        assert_eq!(disk_format_problem("raw"), None);
+        assert!(disk_format_problem("vmdk").is_some());
+    }
+}
