@@ -3,6 +3,7 @@
 //! with the reason and touches nothing.
 
 use kube::ResourceExt;
+use roam_shim_api::api::{MAX_BANDWIDTH_MIB_S, MAX_DOWNTIME_MS, MAX_TIMEOUT_S};
 
 use crate::api::{VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus, VmPhase};
 
@@ -15,6 +16,7 @@ pub fn accept(
     st: &mut VirtualMachineMigrationStatus,
 ) -> Result<String, String> {
     let name = m.name_any();
+    numbers_problem(m)?;
     let Some(vm) = vm else {
         return Err(format!(
             "VirtualMachine {}/{} does not exist",
@@ -54,6 +56,36 @@ pub fn accept(
         }
         (Some(t), _) => Ok(t.clone()),
     }
+}
+
+/// The migration's numbers as the source shim would take them (the same bounds as
+/// [`roam_shim_api::api::MigrateRequest::validate`]), checked before a target launcher
+/// exists rather than refused by the shim after.
+fn numbers_problem(m: &VirtualMachineMigration) -> Result<(), String> {
+    let out_of = |field: &str, v: Option<u64>, max: u64, none: &str| match v {
+        Some(v) if !(1..=max).contains(&v) => Err(format!(
+            "spec.{field} {v}: use 1 to {max}, or leave it out for {none}"
+        )),
+        _ => Ok(()),
+    };
+    out_of(
+        "bandwidthMibPerSecond",
+        m.spec.bandwidth_mib_per_second,
+        MAX_BANDWIDTH_MIB_S,
+        "no limit",
+    )?;
+    out_of(
+        "maxDowntimeMs",
+        m.spec.max_downtime_ms,
+        MAX_DOWNTIME_MS,
+        "libvirt's 300 ms",
+    )?;
+    out_of(
+        "timeoutSeconds",
+        m.spec.timeout_seconds,
+        MAX_TIMEOUT_S,
+        "the shim's default",
+    )
 }
 
 /// The refusal when the target node of [`accept`] is missing or not Ready.
@@ -172,5 +204,36 @@ mod tests {
             ))
             .contains("already runs on node-a")
         );
+    }
+
+    #[test]
+    fn numbers_the_shim_would_refuse_are_refused_first() {
+        let v = vm(VmPhase::Running, None);
+        for (set, field) in [
+            (
+                Box::new(|m: &mut VirtualMachineMigration| {
+                    m.spec.bandwidth_mib_per_second = Some(0)
+                }) as Box<dyn Fn(&mut VirtualMachineMigration)>,
+                "spec.bandwidthMibPerSecond 0: use 1 to 1048576",
+            ),
+            (
+                Box::new(|m| m.spec.max_downtime_ms = Some(MAX_DOWNTIME_MS + 1)),
+                "spec.maxDowntimeMs 60001: use 1 to 60000",
+            ),
+            (
+                Box::new(|m| m.spec.timeout_seconds = Some(0)),
+                "spec.timeoutSeconds 0",
+            ),
+        ] {
+            let mut m = migration(Some("node-b"));
+            set(&mut m);
+            let e = check(&m, Some(&v)).unwrap_err();
+            assert!(e.starts_with(field), "{e}");
+        }
+        let mut m = migration(Some("node-b"));
+        m.spec.bandwidth_mib_per_second = Some(MAX_BANDWIDTH_MIB_S);
+        m.spec.max_downtime_ms = Some(1);
+        m.spec.timeout_seconds = Some(MAX_TIMEOUT_S);
+        assert_eq!(check(&m, Some(&v)), Ok("node-b".into()));
     }
 }
