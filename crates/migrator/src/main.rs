@@ -3,7 +3,9 @@
 //! leader-elected process (wiring only: the controllers are in `roam_migrator::controller`).
 //!
 //! ```text
-//! roam-controller [--kubeconfig PATH] [--nb tcp:HOST:PORT|unix:PATH] [--sb tcp:HOST:PORT|unix:PATH]
+//! roam-controller [--kubeconfig PATH] [--nb ssl:HOST:PORT|tcp:HOST:PORT|unix:PATH]
+//!                 [--sb ssl:HOST:PORT|tcp:HOST:PORT|unix:PATH]
+//!                 [--ovn-ca PEM --ovn-cert PEM --ovn-key PEM [--ovn-server-name NAME]]
 //!                 [--metrics-addr HOST:PORT|off] [--leader-elect true|false]
 //!                 [--lease-namespace NS] [--lease-name NAME] [--identity ID]
 //!                 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS]
@@ -29,6 +31,7 @@ struct Flags {
     kubeconfig: Option<String>,
     nb: String,
     sb: Option<String>,
+    ovn_tls: Option<roam_ovsdb::TlsSettings>,
     metrics_addr: Option<String>,
     leader_elect: bool,
     lease_namespace: String,
@@ -50,7 +53,8 @@ struct Flags {
     launcher_priority_class: Option<String>,
 }
 
-const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] [--sb ENDPOINT] [--metrics-addr ADDR|off] \
+const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] [--sb ENDPOINT] \
+[--ovn-ca PEM --ovn-cert PEM --ovn-key PEM [--ovn-server-name NAME]] [--metrics-addr ADDR|off] \
 [--leader-elect true|false] [--lease-namespace NS] [--lease-name NAME] [--identity ID] \
 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--namespace-selector LABELS] [--event-namespace NS] [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS] \
 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI] \
@@ -92,6 +96,10 @@ fn parse() -> anyhow::Result<Flags> {
         "kubeconfig",
         "nb",
         "sb",
+        "ovn-ca",
+        "ovn-cert",
+        "ovn-key",
+        "ovn-server-name",
         "metrics-addr",
         "leader-elect",
         "lease-namespace",
@@ -128,6 +136,7 @@ fn parse() -> anyhow::Result<Flags> {
         kubeconfig: get("kubeconfig").or_else(|| std::env::var("KUBECONFIG").ok()),
         nb: get("nb").unwrap_or_else(|| "tcp:127.0.0.1:6641".into()),
         sb: get("sb"),
+        ovn_tls: ovn_tls(&get)?,
         metrics_addr: match get("metrics-addr").as_deref() {
             Some("off") => None,
             Some(a) => Some(a.to_string()),
@@ -187,6 +196,43 @@ fn parse() -> anyhow::Result<Flags> {
     })
 }
 
+/// `--ovn-ca`, `--ovn-cert`, `--ovn-key` (all or none) and `--ovn-server-name`: what the
+/// `ssl:` NB and SB endpoints present and trust. An `ssl:` endpoint without them, or them
+/// without one, is refused at start.
+fn ovn_tls(
+    get: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<Option<roam_ovsdb::TlsSettings>> {
+    let files = (get("ovn-ca"), get("ovn-cert"), get("ovn-key"));
+    let nb = get("nb").unwrap_or_default();
+    let any_ssl = nb.starts_with("ssl:") || get("sb").is_some_and(|s| s.starts_with("ssl:"));
+    let tls = match files {
+        (None, None, None) => {
+            anyhow::ensure!(
+                !any_ssl,
+                "an ssl: OVN endpoint needs --ovn-ca, --ovn-cert and --ovn-key (PEM files: the CA \
+                 that signed the OVN databases' certificates, this controller's certificate and key)"
+            );
+            return Ok(None);
+        }
+        (Some(ca), Some(cert), Some(key)) => {
+            roam_ovsdb::TlsSettings::from_pem_files(&roam_ovsdb::TlsFiles {
+                ca: ca.into(),
+                cert: cert.into(),
+                key: key.into(),
+            })?
+        }
+        _ => bail!("--ovn-ca, --ovn-cert and --ovn-key go together: give all three or none"),
+    };
+    anyhow::ensure!(
+        any_ssl,
+        "--ovn-ca/--ovn-cert/--ovn-key are given but neither --nb nor --sb is an ssl: endpoint"
+    );
+    Ok(Some(match get("ovn-server-name") {
+        Some(n) => tls.server_name(&n)?,
+        None => tls,
+    }))
+}
+
 async fn client(kubeconfig: Option<&str>) -> anyhow::Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
@@ -235,15 +281,17 @@ async fn main() -> anyhow::Result<()> {
             .await
             .with_context(|| format!("listen for metrics on {a}"))?;
         tracing::info!(addr = %listener.local_addr()?, "metrics on /metrics, probes on /healthz and /readyz");
-        tokio::spawn(
-            served
-                .clone()
-                .serve(listener, client.clone(), flags.nb.clone()),
-        );
+        tokio::spawn(served.clone().serve(
+            listener,
+            client.clone(),
+            flags.nb.clone(),
+            flags.ovn_tls.clone(),
+        ));
     }
     let config = Config {
         nb: flags.nb.clone(),
         sb: flags.sb.clone(),
+        ovn_tls: flags.ovn_tls.clone(),
         network_selector: flags.network_selector.clone(),
         node_selector: flags.node_selector.clone(),
         pod_namespace: flags.pod_namespace.clone(),

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::connection::{self, Command, Feed, MonitorRoute, Outcome, Probe, Shared};
 use super::monitor::{self, Monitor, MonitorMethod, MonitorRequest, MonitorSpec, Owner};
 use super::schema::DatabaseSchema;
+use super::tls::TlsSettings;
 use crate::{Error, Result};
 
 /// Where an OVSDB server listens, in OVS's own notation.
@@ -22,20 +23,25 @@ pub enum Endpoint {
     Unix(PathBuf),
     /// `tcp:HOST:PORT`
     Tcp(String),
+    /// `ssl:HOST:PORT`: TLS with a client certificate ([`ClientOptions::tls`]).
+    Ssl(String),
 }
 
 impl Endpoint {
-    /// Parse `unix:PATH` or `tcp:HOST:PORT` (the form of `OVN_NB_DB`).
+    /// Parse `unix:PATH`, `tcp:HOST:PORT` or `ssl:HOST:PORT` (the form of `OVN_NB_DB`).
     pub fn parse(s: &str) -> Result<Self> {
         if let Some(p) = s.strip_prefix("unix:").filter(|p| !p.is_empty()) {
             return Ok(Endpoint::Unix(PathBuf::from(p)));
         }
-        if let Some(hp) = s.strip_prefix("tcp:")
-            && let Some((h, p)) = hp.rsplit_once(':')
-            && !h.is_empty()
-            && p.parse::<u16>().is_ok()
-        {
+        let host_port = |hp: &str| {
+            hp.rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+        };
+        if let Some(hp) = s.strip_prefix("tcp:").filter(|hp| host_port(hp)) {
             return Ok(Endpoint::Tcp(hp.to_string()));
+        }
+        if let Some(hp) = s.strip_prefix("ssl:").filter(|hp| host_port(hp)) {
+            return Ok(Endpoint::Ssl(hp.to_string()));
         }
         Err(Error::InvalidEndpoint(s.to_string()))
     }
@@ -46,6 +52,7 @@ impl fmt::Display for Endpoint {
         match self {
             Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
             Endpoint::Tcp(hp) => write!(f, "tcp:{hp}"),
+            Endpoint::Ssl(hp) => write!(f, "ssl:{hp}"),
         }
     }
 }
@@ -62,6 +69,9 @@ pub struct ClientOptions {
     /// connection dead and closing it (default 5 s). Requests in flight then fail with
     /// [`Error::Disconnected`].
     pub probe_timeout: Duration,
+    /// The CA, client certificate and key of `ssl:` endpoints (required for them, unused
+    /// for the others).
+    pub tls: Option<TlsSettings>,
 }
 
 impl Default for ClientOptions {
@@ -70,6 +80,7 @@ impl Default for ClientOptions {
             request_timeout: Duration::from_secs(60),
             inactivity_probe: Some(Duration::from_secs(5)),
             probe_timeout: Duration::from_secs(5),
+            tls: None,
         }
     }
 }
@@ -99,7 +110,8 @@ impl fmt::Debug for Client {
 }
 
 impl Client {
-    /// Connect to `endpoint` (`unix:PATH` or `tcp:HOST:PORT`) with the default
+    /// Connect to `endpoint` (`unix:PATH` or `tcp:HOST:PORT`; `ssl:HOST:PORT` needs
+    /// [`ClientOptions::tls`], see [`connect_with`](Self::connect_with)) with the default
     /// [`ClientOptions`].
     pub async fn connect(endpoint: &str) -> Result<Self> {
         Self::connect_with(endpoint, ClientOptions::default()).await
@@ -134,6 +146,20 @@ impl Client {
                     .await
                     .map_err(connect_err)?;
                 s.set_nodelay(true)?;
+                tokio::spawn(connection::run(s, rx, probe, shared.clone(), name));
+            }
+            Endpoint::Ssl(hp) => {
+                let tls = options.tls.as_ref().ok_or_else(|| {
+                    Error::Tls(format!(
+                        "{name} needs a CA, a client certificate and its key; none were given"
+                    ))
+                })?;
+                let s = tokio::net::TcpStream::connect(hp.as_str())
+                    .await
+                    .map_err(connect_err)?;
+                s.set_nodelay(true)?;
+                let host = hp.rsplit_once(':').map_or(hp.as_str(), |(h, _)| h);
+                let s = tls.handshake(host, s, &name).await?;
                 tokio::spawn(connection::run(s, rx, probe, shared.clone(), name));
             }
         }

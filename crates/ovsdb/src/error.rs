@@ -13,9 +13,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// same request may succeed later (retry with backoff).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The endpoint string is not `unix:PATH` or `tcp:HOST:PORT`.
-    #[error("invalid OVSDB endpoint {0:?}: expected unix:PATH or tcp:HOST:PORT")]
+    /// The endpoint string is not `unix:PATH`, `tcp:HOST:PORT` or `ssl:HOST:PORT`.
+    #[error("invalid OVSDB endpoint {0:?}: expected unix:PATH, tcp:HOST:PORT or ssl:HOST:PORT")]
     InvalidEndpoint(String),
+    /// TLS for an `ssl:` endpoint: a file missing or unusable, no settings given, or a
+    /// handshake the server or this client refused.
+    #[error("OVSDB TLS: {0}")]
+    Tls(String),
     /// Connecting to the database server failed.
     #[error(
         "cannot connect to OVSDB at {endpoint}: {source} (is ovsdb-server running and the socket path right?)"
@@ -153,6 +157,9 @@ impl Error {
     pub fn is_bad_input(&self) -> bool {
         match self {
             Error::InvalidEndpoint(_)
+            // a certificate that does not fit fails again until an admin changes it; a
+            // handshake cut short by the network shows as Connect or Io instead
+            | Error::Tls(_)
             | Error::UnknownTable { .. }
             | Error::UnknownColumn { .. }
             | Error::InvalidValue { .. } => true,

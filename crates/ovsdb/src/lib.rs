@@ -1,4 +1,4 @@
-//! A native OVSDB client (RFC 7047): JSON-RPC over a unix or TCP stream socket, for OVN's
+//! A native OVSDB client (RFC 7047): JSON-RPC over a unix, TCP or TLS stream socket, for OVN's
 //! northbound database and a node's local `Open_vSwitch` database.
 //!
 //! - [`Client`] is one connection. A background task owns the socket: it writes requests,
@@ -30,6 +30,7 @@ pub mod ops;
 mod reconnect;
 mod row;
 pub mod schema;
+mod tls;
 pub mod vswitch;
 
 pub use atom::{Atom, Datum, NamedUuid, OvsMap, OvsSet, Uuid};
@@ -43,3 +44,4 @@ pub use monitor::{
 pub use reconnect::{ReconnectOptions, ReconnectingClient};
 pub use row::{TableRow, decode_row, decode_select, insert_op, row_json, select_all, select_where};
 pub use schema::DatabaseSchema;
+pub use tls::{TlsFiles, TlsSettings};

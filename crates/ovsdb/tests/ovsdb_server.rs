@@ -16,7 +16,8 @@ use roam_ovsdb::nb::{self, *};
 use roam_ovsdb::vswitch::{self, Bridge, Interface, Port};
 use roam_ovsdb::{
     Client, ClientOptions, Monitor, MonitorEvent, MonitorMethod, MonitorRequest, ReconnectOptions,
-    ReconnectingClient, TableRow, Uuid, insert_op, ops, select_all, select_where,
+    ReconnectingClient, TableRow, TlsFiles, TlsSettings, Uuid, insert_op, ops, select_all,
+    select_where,
 };
 use serde_json::{Value, json};
 
@@ -52,16 +53,29 @@ impl Drop for TempDir {
 }
 
 /// An `ovsdb-server` child process serving one database file over a unix socket and an
-/// ephemeral TCP port; killed (and resumed first, if stopped) on drop.
+/// ephemeral TCP port (an SSL one with [`OvsdbServer::start_ssl`]); killed (and resumed
+/// first, if stopped) on drop.
 struct OvsdbServer {
     child: Option<Child>,
     tcp_port: u16,
     stopped: bool,
+    /// `pssl:` instead of `ptcp:`, with the key, certificate and CA in this directory.
+    ssl: Option<PathBuf>,
     dir: TempDir,
 }
 
 impl OvsdbServer {
     fn start(schema: &str) -> Self {
+        Self::start_with(schema, None)
+    }
+
+    /// Listening on `pssl:` (no `ptcp:`) with `pki`'s server key and certificate, trusting
+    /// its CA.
+    fn start_ssl(schema: &str, pki: &Pki) -> Self {
+        Self::start_with(schema, Some(pki.dir.0.clone()))
+    }
+
+    fn start_with(schema: &str, ssl: Option<PathBuf>) -> Self {
         let dir = TempDir::new(Path::new(schema).file_stem().unwrap().to_str().unwrap());
         let out = Command::new("ovsdb-tool")
             .arg("create")
@@ -78,6 +92,7 @@ impl OvsdbServer {
             child: None,
             tcp_port: 0,
             stopped: false,
+            ssl,
             dir,
         };
         s.spawn();
@@ -94,9 +109,24 @@ impl OvsdbServer {
         let log = self.path("log");
         let log_start = fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
         let stderr = fs::File::create(self.path("stderr")).unwrap();
-        let child = Command::new("ovsdb-server")
-            .arg(format!("--remote=punix:{}", self.path("db.sock").display()))
-            .arg("--remote=ptcp:0:127.0.0.1")
+        let mut cmd = Command::new("ovsdb-server");
+        cmd.arg(format!("--remote=punix:{}", self.path("db.sock").display()));
+        match &self.ssl {
+            // the log names no remote with its port: one TCP listener only
+            None => cmd.arg("--remote=ptcp:0:127.0.0.1"),
+            Some(pki) => cmd
+                .arg("--remote=pssl:0:127.0.0.1")
+                .arg(format!(
+                    "--private-key={}",
+                    pki.join("server.key").display()
+                ))
+                .arg(format!(
+                    "--certificate={}",
+                    pki.join("server.pem").display()
+                ))
+                .arg(format!("--ca-cert={}", pki.join("ca.pem").display())),
+        };
+        let child = cmd
             .arg(format!("--pidfile={}", self.path("pid").display()))
             .arg(format!("--unixctl={}", self.path("ctl").display()))
             .arg(format!("--log-file={}", log.display()))
@@ -141,6 +171,10 @@ impl OvsdbServer {
 
     fn tcp(&self) -> String {
         format!("tcp:127.0.0.1:{}", self.tcp_port)
+    }
+
+    fn ssl(&self) -> String {
+        format!("ssl:127.0.0.1:{}", self.tcp_port)
     }
 
     fn pid(&self) -> u32 {
@@ -225,7 +259,119 @@ impl Drop for OvsdbServer {
     }
 }
 
-/// The port of the `ptcp:0` remote, from the log lines written after `from`.
+/// A CA and certificates made with `openssl` for one test: `server` (subjectAltName
+/// IP:127.0.0.1), `client`, and `other-client` from another CA (`other-ca`).
+struct Pki {
+    dir: TempDir,
+}
+
+impl Pki {
+    fn new() -> Self {
+        let dir = TempDir::new("pki");
+        let pki = Pki { dir };
+        pki.ca("ca");
+        pki.ca("other-ca");
+        pki.issue(
+            "server",
+            "ca",
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth",
+        );
+        pki.issue("client", "ca", "extendedKeyUsage=clientAuth");
+        pki.issue("other-client", "other-ca", "extendedKeyUsage=clientAuth");
+        pki
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(&self.dir.0)
+            .output()
+            .expect("run openssl (is it installed?)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn ca(&self, name: &str) {
+        let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
+        self.openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &pem,
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN=roam-test-{name}"),
+        ]);
+    }
+
+    fn issue(&self, name: &str, ca: &str, ext: &str) {
+        let (key, csr, pem, extf) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.pem"),
+            format!("{name}.ext"),
+        );
+        fs::write(self.dir.0.join(&extf), format!("{ext}\n")).unwrap();
+        self.openssl(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            &format!("/CN={name}"),
+        ]);
+        self.openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &format!("{ca}.pem"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-out",
+            &pem,
+            "-days",
+            "2",
+            "-extfile",
+            &extf,
+        ]);
+    }
+
+    /// Client options trusting `ca` and presenting `who`'s certificate.
+    fn client(&self, ca: &str, who: &str) -> ClientOptions {
+        let f = |n: String| self.dir.0.join(n);
+        let files = TlsFiles {
+            ca: f(format!("{ca}.pem")),
+            cert: f(format!("{who}.pem")),
+            key: f(format!("{who}.key")),
+        };
+        ClientOptions {
+            tls: Some(TlsSettings::from_pem_files(&files).expect("usable PEM files")),
+            ..ClientOptions::default()
+        }
+    }
+}
+
+/// The port of the `ptcp:0` (or `pssl:0`) remote, from the log lines written after `from`.
 fn listening_port(log: &Path, from: u64) -> Option<u16> {
     let mut f = fs::File::open(log).ok()?;
     f.seek(SeekFrom::Start(from)).ok()?;
@@ -948,6 +1094,7 @@ async fn inactivity_probe_detects_a_server_that_stops_answering() {
             request_timeout: Duration::from_secs(120),
             inactivity_probe: Some(Duration::from_millis(200)),
             probe_timeout: Duration::from_millis(300),
+            ..Default::default()
         },
     )
     .await
@@ -1015,4 +1162,123 @@ async fn a_request_times_out_and_the_late_reply_is_ignored() {
     let c = c.with_timeout(PATIENCE);
     assert_eq!(c.echo(json!(["again"])).await.unwrap(), json!(["again"]));
     assert!(!c.is_closed());
+}
+
+// ---------------------------------------------------------------------------------------
+// ssl:
+
+/// `ssl:` against ovsdb-server's `pssl:`: a client with a certificate of the server's CA
+/// reads and writes; one whose certificate another CA signed, one without TLS settings, one
+/// that trusts another CA and one that expects another server name are refused, each with
+/// an error that says so, and nothing they sent reached the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssl_needs_a_certificate_the_server_trusts_and_a_server_it_trusts() {
+    let pki = Pki::new();
+    let server = OvsdbServer::start_ssl(NB_SCHEMA, &pki);
+    let c = Client::connect_with(&server.ssl(), pki.client("ca", "client"))
+        .await
+        .expect("a client of the server's CA connects");
+    c.transact_checked("OVN_Northbound", vec![insert_ls("over-tls")])
+        .await
+        .expect("a transaction over TLS");
+    let rows: Vec<LogicalSwitch> = select_all(&c).await.unwrap();
+    assert_eq!(names(&rows, |r| &r.name), ["over-tls"]);
+
+    // the server refuses a certificate another CA signed: the handshake or the first
+    // request fails, and the write never lands
+    let stranger = async {
+        let c = Client::connect_with(&server.ssl(), pki.client("ca", "other-client")).await?;
+        c.transact_checked("OVN_Northbound", vec![insert_ls("stranger")])
+            .await
+            .map(|_| ())
+    };
+    let e = tokio::time::timeout(PATIENCE, stranger)
+        .await
+        .expect("refused in time")
+        .expect_err("a certificate of another CA is refused");
+    assert!(
+        matches!(e, Error::Tls(_) | Error::Disconnected(_) | Error::Io(_)),
+        "{e}"
+    );
+
+    // no TLS settings: refused before connecting
+    let e = Client::connect(&server.ssl()).await.unwrap_err();
+    assert!(
+        e.to_string().contains("needs a CA, a client certificate"),
+        "{e}"
+    );
+    assert!(e.is_bad_input());
+
+    // this client does not trust the server's CA
+    let e = Client::connect_with(&server.ssl(), pki.client("other-ca", "other-client"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Tls(m) if m.contains("TLS handshake") && m.contains("other-ca.pem")),
+        "{e}"
+    );
+
+    // the server's certificate names 127.0.0.1, not the name this client expects
+    let mut named = pki.client("ca", "client");
+    named.tls = named.tls.map(|t| t.server_name("ovnnb.example").unwrap());
+    let e = Client::connect_with(&server.ssl(), named)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Tls(m) if m.contains("TLS handshake")),
+        "{e}"
+    );
+
+    // plain TCP to the TLS port gets no answer the client accepts
+    let plain = Client::connect_with(
+        &server.tcp(),
+        ClientOptions {
+            request_timeout: Duration::from_secs(5),
+            ..ClientOptions::default()
+        },
+    )
+    .await
+    .expect("TCP connects");
+    assert!(plain.echo(json!(["x"])).await.is_err());
+
+    let rows: Vec<LogicalSwitch> = select_all(&c).await.unwrap();
+    assert_eq!(
+        names(&rows, |r| &r.name),
+        ["over-tls"],
+        "nothing else landed"
+    );
+}
+
+/// Unusable PEM files are refused up front, naming the file.
+#[test]
+fn tls_files_that_cannot_be_used_are_named() {
+    let pki = Pki::new();
+    let f = |n: &str| pki.dir.0.join(n);
+    let files = |ca: &str, cert: &str, key: &str| TlsFiles {
+        ca: f(ca),
+        cert: f(cert),
+        key: f(key),
+    };
+    for (fs, needle) in [
+        (
+            files("missing.pem", "client.pem", "client.key"),
+            "missing.pem",
+        ),
+        (files("client.key", "client.pem", "client.key"), "CA file"),
+        (
+            files("ca.pem", "client.key", "client.key"),
+            "certificate file",
+        ),
+        (
+            files("ca.pem", "client.pem", "client.pem"),
+            "private key file",
+        ),
+        (
+            files("ca.pem", "client.pem", "server.key"),
+            "do not go together",
+        ),
+    ] {
+        let e = TlsSettings::from_pem_files(&fs).unwrap_err();
+        assert!(e.to_string().contains(needle), "{needle}: {e}");
+    }
 }

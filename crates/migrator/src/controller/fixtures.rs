@@ -450,6 +450,7 @@ pub(super) fn config() -> Config {
     Config {
         nb: OFFLINE_NB.into(),
         sb: None,
+        ovn_tls: None,
         network_selector: None,
         node_selector: None,
         pod_namespace: None,

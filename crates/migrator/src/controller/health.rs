@@ -121,11 +121,19 @@ pub async fn check_kubernetes(client: &kube::Client) -> Result<(), String> {
 }
 
 /// `endpoint` answers OVSDB and serves the OVN northbound database.
-pub async fn check_nb(endpoint: &str) -> Result<(), String> {
+pub async fn check_nb(endpoint: &str, tls: Option<&roam_ovsdb::TlsSettings>) -> Result<(), String> {
+    let options = roam_ovsdb::ClientOptions {
+        tls: tls.cloned(),
+        ..Default::default()
+    };
     let probe = async {
-        let client = roam_ovsdb::Client::connect(endpoint).await.map_err(|e| {
-            format!("cannot connect to the OVN northbound database at {endpoint}: {e} (check --nb)")
-        })?;
+        let client = roam_ovsdb::Client::connect_with(endpoint, options)
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot connect to the OVN northbound database at {endpoint}: {e} (check --nb)"
+                )
+            })?;
         let dbs = client
             .list_dbs()
             .await
@@ -146,9 +154,14 @@ pub async fn check_nb(endpoint: &str) -> Result<(), String> {
 }
 
 /// Run both checks now and every [`PERIOD`], forever.
-pub async fn probe(health: std::sync::Arc<Health>, client: kube::Client, nb: String) {
+pub async fn probe(
+    health: std::sync::Arc<Health>,
+    client: kube::Client,
+    nb: String,
+    tls: Option<roam_ovsdb::TlsSettings>,
+) {
     loop {
-        let (k, n) = tokio::join!(check_kubernetes(&client), check_nb(&nb));
+        let (k, n) = tokio::join!(check_kubernetes(&client), check_nb(&nb, tls.as_ref()));
         health.set("kubernetes", k);
         health.set("ovn-nb", n);
         tokio::time::sleep(PERIOD).await;

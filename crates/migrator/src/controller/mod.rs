@@ -59,6 +59,8 @@ pub struct Config {
     /// OVN southbound database, read only for the switchover's figure (when the target
     /// chassis activated a migrated VM's ports); `None`: no figure.
     pub sb: Option<String>,
+    /// What `ssl:` NB and SB endpoints present and trust (required for them).
+    pub ovn_tls: Option<roam_ovsdb::TlsSettings>,
     /// Only Networks matching this label selector are managed (all when `None`).
     pub network_selector: Option<String>,
     /// Only Nodes matching this label selector take part (all when `None`).
@@ -397,12 +399,18 @@ pub struct Served {
 impl Served {
     /// Serve `/metrics`, `/healthz` and `/readyz` on `listener`, and run the health checks
     /// against `client` and the NB at `nb`, until the task is dropped.
-    pub async fn serve(self, listener: tokio::net::TcpListener, client: kube::Client, nb: String) {
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        client: kube::Client,
+        nb: String,
+        tls: Option<roam_ovsdb::TlsSettings>,
+    ) {
         let ctx = self.ctx.clone();
         let gauges = move || ctx.get().map(|c| gauges(c)).unwrap_or_default();
         tokio::join!(
             metrics::serve(listener, self.metrics, self.health.clone(), gauges),
-            health::probe(self.health, client, nb),
+            health::probe(self.health, client, nb, tls),
         );
     }
 }
@@ -415,9 +423,16 @@ pub async fn run(
     served: Served,
     stop: impl std::future::Future<Output = ()>,
 ) -> crate::Result<()> {
-    let nb = ReconnectingClient::start(&config.nb, Default::default())?;
+    let ovn = roam_ovsdb::ReconnectOptions {
+        client: roam_ovsdb::ClientOptions {
+            tls: config.ovn_tls.clone(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let nb = ReconnectingClient::start(&config.nb, ovn.clone())?;
     let sb = match &config.sb {
-        Some(sb) => Some(ReconnectingClient::start(sb, Default::default())?),
+        Some(sb) => Some(ReconnectingClient::start(sb, ovn)?),
         None => None,
     };
     let (ctx, flips_rx) = Context::new(client, config, (nb, sb), served.metrics.clone());
