@@ -294,42 +294,41 @@ impl Pki {
         );
     }
 
-    fn ca(&self, name: &str) {
-        let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
-        self.openssl(&[
+    /// `openssl req` making a new P-256 key, with `args` (output files, subject, ...).
+    fn new_key(&self, args: &[&str]) {
+        let ec = [
             "req",
-            "-x509",
             "-newkey",
             "ec",
             "-pkeyopt",
             "ec_paramgen_curve:prime256v1",
             "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &pem,
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN=roam-test-{name}"),
+        ];
+        self.openssl(&[&ec[..], args].concat());
+    }
+
+    fn ca(&self, name: &str) {
+        let (key, pem, subj) = (
+            format!("{name}.key"),
+            format!("{name}.pem"),
+            format!("/CN=roam-test-{name}"),
+        );
+        self.new_key(&[
+            "-x509", "-keyout", &key, "-out", &pem, "-days", "2", "-subj", &subj,
         ]);
     }
 
     fn issue(&self, name: &str, ca: &str, ext: &str) {
-        let (key, csr, pem, extf) = (
+        let [key, csr, pem, extf, ca_pem, ca_key] = [
             format!("{name}.key"),
             format!("{name}.csr"),
             format!("{name}.pem"),
             format!("{name}.ext"),
-        );
+            format!("{ca}.pem"),
+            format!("{ca}.key"),
+        ];
         fs::write(self.dir.0.join(&extf), format!("{ext}\n")).unwrap();
-        self.openssl(&[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
+        self.new_key(&[
             "-keyout",
             &key,
             "-out",
@@ -343,9 +342,9 @@ impl Pki {
             "-in",
             &csr,
             "-CA",
-            &format!("{ca}.pem"),
+            &ca_pem,
             "-CAkey",
-            &format!("{ca}.key"),
+            &ca_key,
             "-CAcreateserial",
             "-out",
             &pem,

@@ -58,10 +58,7 @@ async fn a_new_vm_claims_its_address_then_gets_its_launcher_pod() {
     );
     let ip = bodies[4]["spec"]["ip"].as_str().expect("an IP").to_string();
     assert!(ip.starts_with("10.1.0."), "{ip}");
-    let st = api
-        .get::<VirtualMachine>(&format!("{VMS}/demo"))
-        .and_then(|v| v.status)
-        .expect("a status");
+    let st = status(&api, "demo");
     assert_eq!(st.phase, VmPhase::Starting);
     assert_eq!(st.interfaces[0].ip, ip);
     api.events(&["LauncherCreated"]).await;
@@ -147,10 +144,7 @@ async fn a_vm_without_a_node_goes_where_it_fits_best_or_says_why_none_fits() {
     let _ = reconcile(Arc::new(vm()), ctx.clone())
         .await
         .expect("reconcile");
-    let st = api
-        .get::<VirtualMachine>(&format!("{VMS}/demo"))
-        .and_then(|v| v.status)
-        .expect("a status");
+    let st = status(&api, "demo");
     assert_eq!(st.node.as_deref(), Some("node-b"), "{st:?}");
 
     // now none fits: the VM asks for more than any node has
@@ -161,16 +155,9 @@ async fn a_vm_without_a_node_goes_where_it_fits_best_or_says_why_none_fits() {
     let _ = reconcile(Arc::new(big), ctx.clone())
         .await
         .expect("reconcile");
-    let st = api
-        .get::<VirtualMachine>(&format!("{VMS}/huge"))
-        .and_then(|v| v.status)
-        .expect("a status");
+    let st = status(&api, "huge");
     assert_eq!(st.phase, VmPhase::Scheduling);
-    let ready = st
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .expect("Ready");
+    let ready = ready(&st);
     assert_eq!(ready.reason, "NoNode");
     // node-b's 8192 MiB less the first VM's launcher (256 + 192 MiB) just created there
     assert!(
@@ -382,15 +369,8 @@ async fn a_vm_whose_spec_cannot_run_is_refused_before_anything_is_created() {
         .expect("reconcile");
     api.done().await;
     assert_eq!(action, kube::runtime::controller::Action::await_change());
-    let st = api
-        .get::<VirtualMachine>(&format!("{VMS}/demo"))
-        .and_then(|v| v.status)
-        .expect("a status");
-    let ready = st
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .expect("Ready");
+    let st = status(&api, "demo");
+    let ready = ready(&st);
     assert_eq!(ready.reason, "InvalidVirtualMachine");
     assert!(
         ready.message.contains("cpu 0: use 1 to 255")
@@ -428,16 +408,9 @@ async fn a_vm_pinned_to_a_node_too_small_for_it_is_refused() {
     let _ = reconcile(Arc::new(v), ctx.clone())
         .await
         .expect("reconcile");
-    let st = api
-        .get::<VirtualMachine>(&format!("{VMS}/demo"))
-        .and_then(|v| v.status)
-        .expect("a status");
+    let st = status(&api, "demo");
     assert_eq!(st.phase, VmPhase::Failed, "{st:?}");
-    let ready = st
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .expect("Ready");
+    let ready = ready(&st);
     assert!(
         ready.message.contains(
             "node node-a has 2 allocatable CPUs, the VM 4 vCPUs: pin it to a larger node"
@@ -455,4 +428,24 @@ async fn a_vm_pinned_to_a_node_too_small_for_it_is_refused() {
             .is_none()
     );
     api.events(&["InvalidVirtualMachine"]).await;
+}
+
+/// VM `ns/name`'s status as stored.
+fn status(
+    api: &super::super::fixtures::ApiServerVerifier,
+    name: &str,
+) -> crate::api::VirtualMachineStatus {
+    api.get::<VirtualMachine>(&format!("{VMS}/{name}"))
+        .and_then(|v| v.status)
+        .expect("a status")
+}
+
+/// The `Ready` condition of `st`.
+fn ready(
+    st: &crate::api::VirtualMachineStatus,
+) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    st.conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("Ready")
 }
