@@ -3,20 +3,58 @@
 # ovn-controller, inside the node's namespaces. Geneve between the chassis. The chassis reach
 # the SB over the lab bridge (tcp:$BRIDGE_IP), as nodes reach OVN central over the network:
 # central's directory is hidden from them (node-inner.sh).
+#
+# The NB takes the nodes' network only over TLS (pssl: on the lab bridge, client certificates
+# required, as ovsdb-server's SSL always asks for them), with a lab CA in $OVN_PKI (under
+# central's directory, so hidden from the nodes): the NB's certificate names the bridge
+# address, roam-controller's is a client certificate the installation mounts from a Secret.
+# The host's loopback keeps a plain TCP remote for the tests' own tools (as an admin on the
+# OVN central host would use the unix socket). The SB stays on plain TCP (#20: only the NB
+# so far).
+
+OVN_PKI=$CENTRAL/pki
+
+# The lab CA and its certificates, made once (kept across `up`; a new CA would orphan the
+# Secret the installation holds).
+ovn_pki() {
+  [ -s "$OVN_PKI/roam-controller.pem" ] && return 0
+  mkdir -p "$OVN_PKI"
+  (
+    cd "$OVN_PKI" || exit 1
+    local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+    openssl req -x509 "${ec[@]}" -keyout ca.key -out ca.pem -days 3650 -subj /CN=roam-lab-ovn-ca 2>/dev/null
+    printf 'subjectAltName=IP:%s,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' "$BRIDGE_IP" >nb.ext
+    printf 'extendedKeyUsage=clientAuth\n' >client.ext
+    local who ext
+    for who in nb roam-controller; do
+      ext=client.ext; [ $who = nb ] && ext=nb.ext
+      openssl req "${ec[@]}" -keyout $who.key -out $who.csr -subj "/CN=$who" 2>/dev/null
+      openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out $who.pem \
+        -days 3650 -extfile $ext 2>/dev/null
+    done
+    chmod 600 ./*.key
+  ) || { rm -rf "$OVN_PKI"; log "could not make the lab's OVN certificates (openssl)"; return 1; }
+}
 
 ovn_central_up() {
   mkdir -p "$CENTRAL"
   rm -f "$CENTRAL"/*.db
   ovsdb-tool create "$CENTRAL/ovnnb_db.db" /usr/share/ovn/ovn-nb.ovsschema
   ovsdb-tool create "$CENTRAL/ovnsb_db.db" /usr/share/ovn/ovn-sb.ovsschema
+  ovn_pki || return 1
   local db
   for db in nb sb; do
-    local port=$NB_TCP_PORT; [ $db = sb ] && port=$SB_TCP_PORT
+    local port=$NB_TCP_PORT nodes_remote=()
+    if [ $db = nb ]; then
+      nodes_remote=(--remote="pssl:$port:$BRIDGE_IP" --private-key="$OVN_PKI/nb.key"
+        --certificate="$OVN_PKI/nb.pem" --ca-cert="$OVN_PKI/ca.pem")
+    else
+      port=$SB_TCP_PORT nodes_remote=(--remote="ptcp:$port:$BRIDGE_IP")
+    fi
     ovsdb-server -vconsole:off --detach --no-chdir --pidfile="$CENTRAL/ovn${db}_db.pid" \
       --log-file="$CENTRAL/ovsdb-server-$db.log" --unixctl="$CENTRAL/ovn${db}_db.ctl" \
       --remote="punix:$CENTRAL/ovn${db}_db.sock" --remote="ptcp:$port:127.0.0.1" \
-      --remote="ptcp:$port:$BRIDGE_IP" \
-      "$CENTRAL/ovn${db}_db.db" 9>&- || return 1
+      "${nodes_remote[@]}" "$CENTRAL/ovn${db}_db.db" 9>&- || return 1
   done
   ovn-nbctl --no-wait init
   ovn-sbctl init
@@ -88,7 +126,7 @@ ovn_status() {
   local ok=0 n d
   if pid_alive "$CENTRAL/ovnnb_db.pid" && pid_alive "$CENTRAL/ovnsb_db.pid" && pid_alive "$CENTRAL/ovn-northd.pid" \
     && ovn-nbctl --timeout=5 show >/dev/null 2>&1; then
-    echo "ovn central: up (NB $OVN_NB_DB, tcp:127.0.0.1:$NB_TCP_PORT)"
+    echo "ovn central: up (NB $OVN_NB_DB, tcp:127.0.0.1:$NB_TCP_PORT, ssl:$BRIDGE_IP:$NB_TCP_PORT)"
   else
     echo "ovn central: DOWN"; ok=1
   fi

@@ -104,6 +104,16 @@ roam_nodes_ready() {
   done
 }
 
+# The Secret roam-system/roam-ovn-tls: the lab CA and roam-controller's client certificate
+# for the NB's ssl: remote (ovn.sh), as an admin hands a cluster's OVN certificates to roam.
+roam_ovn_secret() {
+  local k="kubectl --kubeconfig $KUBECONFIG_PATH"
+  $k create namespace roam-system --dry-run=client -o yaml | $k apply -f - >/dev/null || return 1
+  $k -n roam-system create secret generic roam-ovn-tls --from-file=ca.crt="$OVN_PKI/ca.pem" \
+    --from-file=tls.crt="$OVN_PKI/roam-controller.pem" --from-file=tls.key="$OVN_PKI/roam-controller.key" \
+    --dry-run=client -o yaml | $k apply -f - >/dev/null
+}
+
 roam_up() {
   local t0 changed had_deploy= had_ds=
   t0=$(now)
@@ -112,6 +122,7 @@ roam_up() {
   changed=$(roam_import) || return 1
   kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system get deploy roam-controller >/dev/null 2>&1 && had_deploy=1
   kubectl --kubeconfig "$KUBECONFIG_PATH" -n kube-system get ds roam-cni >/dev/null 2>&1 && had_ds=1
+  roam_ovn_secret || return 1
   kubectl --kubeconfig "$KUBECONFIG_PATH" apply -k "$ROAM_OVERLAY" >"$LAB_DIR/roam-apply.log" 2>&1 \
     || { cat "$LAB_DIR/roam-apply.log" >&2; return 1; }
   # an image of the same name that changed under a running installation: roll it

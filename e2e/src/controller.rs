@@ -67,9 +67,16 @@ impl ControllerProcess {
     ) -> ControllerProcess {
         let pod = name.to_lowercase().replace('_', "-");
         let metrics = format!("{}:{metrics_port}", lab.node(TEST_NODE).ip);
+        ovn_tls_secret(lab, namespace);
         let mut all: Vec<String> = [
             "--nb",
-            &lab_endpoint(lab, lab.nb_tcp()),
+            lab.var("ROAM_OVN_NB_SSL"),
+            "--ovn-ca",
+            &format!("{OVN_TLS_DIR}/ca.crt"),
+            "--ovn-cert",
+            &format!("{OVN_TLS_DIR}/tls.crt"),
+            "--ovn-key",
+            &format!("{OVN_TLS_DIR}/tls.key"),
             "--sb",
             &lab_endpoint(lab, lab.sb_tcp()),
             "--metrics-addr",
@@ -105,7 +112,10 @@ impl ControllerProcess {
                     "imagePullPolicy": "Never",
                     "command": ["/usr/local/bin/roam-controller"], "args": all,
                     "env": envs,
+                    "volumeMounts": [{"name": "ovn-tls", "mountPath": OVN_TLS_DIR,
+                                      "readOnly": true}],
                 }],
+                "volumes": [{"name": "ovn-tls", "secret": {"secretName": OVN_TLS_SECRET}}],
             },
         });
         let me = ControllerProcess {
@@ -230,6 +240,30 @@ impl Drop for ControllerProcess {
 
 /// `tcp:127.0.0.1:PORT` (the host's view of OVN central) as a node reaches it: central
 /// listens on the lab bridge too, the address the API server has (`ROAM_API_SERVER`).
+/// Where a test controller pod finds the NB's TLS files (the Secret [`OVN_TLS_SECRET`]).
+const OVN_TLS_DIR: &str = "/etc/roam/ovn-tls";
+/// The Secret with the lab CA and roam-controller's client certificate, in a test
+/// controller's namespace (as the installation's in roam-system).
+const OVN_TLS_SECRET: &str = "roam-ovn-tls";
+
+/// [`OVN_TLS_SECRET`] in `namespace`, from the lab's OVN PKI (`ROAM_OVN_PKI`): what an admin
+/// gives a controller of its own to reach the NB's `ssl:` remote.
+fn ovn_tls_secret(lab: &Lab, namespace: &str) {
+    let pki = std::path::Path::new(lab.var("ROAM_OVN_PKI"));
+    let pem = |f: &str| {
+        let p = pki.join(f);
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+    };
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": OVN_TLS_SECRET, "namespace": namespace},
+        "stringData": {"ca.crt": pem("ca.pem"), "tls.crt": pem("roam-controller.pem"),
+                       "tls.key": pem("roam-controller.key")},
+    });
+    kubectl_manifest(lab, "apply", &secret)
+        .unwrap_or_else(|e| panic!("Secret {namespace}/{OVN_TLS_SECRET}: {e}"));
+}
+
 pub fn lab_endpoint(lab: &Lab, host_view: &str) -> String {
     let port = host_view.rsplit(':').next().unwrap_or_default();
     let bridge = lab

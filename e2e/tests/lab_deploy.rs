@@ -3,7 +3,8 @@
 //! runs roam as `e2e/lab up` installed it (two replicas on two nodes, one leading, both
 //! ready, as the Deployment's unprivileged user, nothing of it on the host); a standby
 //! replica answers its probes before it leads; a replica pointed at a database that is not
-//! OVN's northbound is not ready and says why, in `/readyz` and in its log.
+//! OVN's northbound is not ready and says why, in `/readyz` and in its log; the NB takes the
+//! node network only over TLS with a certificate of its CA.
 
 use std::path::Path;
 use std::time::Duration;
@@ -207,4 +208,94 @@ fn a_standby_answers_its_probes_and_a_wrong_nb_is_named() {
             "--ignore-not-found",
         ],
     );
+}
+
+/// The lab's NB takes the nodes' network only over TLS with a client certificate of its CA:
+/// roam-controller's certificate (the one the installation mounts) reads it; plain TCP, and
+/// a certificate the CA did not sign, get nothing.
+#[test]
+fn the_nb_takes_the_node_network_only_over_tls() {
+    let lab = Lab::get();
+    let nb = lab.var("ROAM_OVN_NB_SSL").to_string();
+    assert!(nb.starts_with("ssl:10.213.0.1:"), "{nb}");
+    let pki = Path::new(lab.var("ROAM_OVN_PKI")).to_path_buf();
+    let tmp = lab.dir().join("tls-stranger");
+    std::fs::create_dir_all(&tmp).unwrap();
+    // a self-signed client certificate: no CA of the NB's signed it
+    let out = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=stranger",
+            "-keyout",
+        ])
+        .arg(tmp.join("stranger.key"))
+        .arg("-out")
+        .arg(tmp.join("stranger.pem"))
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let options = |cert: &Path, key: &Path| roam_ovsdb::ClientOptions {
+        request_timeout: Duration::from_secs(10),
+        tls: Some(
+            roam_ovsdb::TlsSettings::from_pem_files(&roam_ovsdb::TlsFiles {
+                ca: pki.join("ca.pem"),
+                cert: cert.into(),
+                key: key.into(),
+            })
+            .expect("usable PEM files"),
+        ),
+        ..Default::default()
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let roam = roam_ovsdb::Client::connect_with(
+            &nb,
+            options(
+                &pki.join("roam-controller.pem"),
+                &pki.join("roam-controller.key"),
+            ),
+        )
+        .await
+        .expect("roam-controller's certificate connects");
+        let dbs = roam.list_dbs().await.expect("list_dbs over TLS");
+        assert!(dbs.iter().any(|d| d == "OVN_Northbound"), "{dbs:?}");
+
+        let stranger = async {
+            let c = roam_ovsdb::Client::connect_with(
+                &nb,
+                options(&tmp.join("stranger.pem"), &tmp.join("stranger.key")),
+            )
+            .await?;
+            c.list_dbs().await
+        };
+        let e = stranger
+            .await
+            .expect_err("a certificate no CA of the NB's signed");
+        eprintln!("stranger refused: {e}");
+
+        let plain = roam_ovsdb::Client::connect_with(
+            &nb.replacen("ssl:", "tcp:", 1),
+            roam_ovsdb::ClientOptions {
+                request_timeout: Duration::from_secs(10),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("the port takes a TCP connection");
+        assert!(plain.list_dbs().await.is_err(), "plain TCP gets no answer");
+    });
+    let _ = std::fs::remove_dir_all(&tmp);
 }

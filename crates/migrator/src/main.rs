@@ -197,8 +197,9 @@ fn parse() -> anyhow::Result<Flags> {
 }
 
 /// `--ovn-ca`, `--ovn-cert`, `--ovn-key` (all or none) and `--ovn-server-name`: what the
-/// `ssl:` NB and SB endpoints present and trust. An `ssl:` endpoint without them, or them
-/// without one, is refused at start.
+/// `ssl:` NB and SB endpoints present and trust. An `ssl:` endpoint without them is refused
+/// at start; given for `tcp:` or `unix:` endpoints they are read (so a bad file shows at
+/// once) and unused.
 fn ovn_tls(
     get: &dyn Fn(&str) -> Option<String>,
 ) -> anyhow::Result<Option<roam_ovsdb::TlsSettings>> {
@@ -223,10 +224,6 @@ fn ovn_tls(
         }
         _ => bail!("--ovn-ca, --ovn-cert and --ovn-key go together: give all three or none"),
     };
-    anyhow::ensure!(
-        any_ssl,
-        "--ovn-ca/--ovn-cert/--ovn-key are given but neither --nb nor --sb is an ssl: endpoint"
-    );
     Ok(Some(match get("ovn-server-name") {
         Some(n) => tls.server_name(&n)?,
         None => tls,
