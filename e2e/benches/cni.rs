@@ -19,8 +19,9 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
 use roam_contract::annotation::{Mode, PodAddress, addresses_annotation};
 use roam_e2e::{
-    Lab, LabNetwork, NodeNetns, PortBuilder, invoke_cni, node_kubeconfig, overlay_fixture,
-    percentile, reconcile_on_lab, try_run, unscheduled_pod, wait_until,
+    Lab, LabNetwork, NodeNetns, PortBuilder, address_objects, delete_addresses, invoke_cni,
+    node_kubeconfig, overlay_fixture, percentile, put_addresses, reconcile_on_lab, try_run,
+    unscheduled_pod, wait_until,
 };
 use roam_network::topology::{PortSpec, overlay_port_name, plan_overlay};
 use serde_json::json;
@@ -39,7 +40,8 @@ fn address(p: &PortSpec) -> String {
         name: "eth0".into(),
         network: NET.into(),
         mode: Mode::Overlay,
-        address: format!("{NET}-{}", p.ip.to_string().replace('.', "-")),
+        // as roam-controller names them: the port after its Address
+        address: p.name.clone(),
         port: overlay_port_name(&p.name, &p.node),
         ip: p.ip,
         prefix_len: 32,
@@ -78,6 +80,7 @@ struct Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
+        delete_addresses(&self.lab, NET);
         let conf = json!({"cniVersion": "1.1.0", "name": NET, "type": "roam-cni",
             "cni.dev/valid-attachments": []});
         let _ = invoke_cni(
@@ -160,6 +163,16 @@ fn main() {
         n,
         k8s_ns: k8s_ns.clone(),
     };
+    // as roam-controller: each pod's Address object, which roam-cni checks its annotation
+    // against (untimed)
+    put_addresses(
+        &lab,
+        ports
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| address_objects(&k8s_ns, &format!("h6b{i}"), None, &address(p)))
+            .collect(),
+    );
     cleanup.rt.block_on(async {
         let all = ports.iter().enumerate().map(|(i, p)| {
             let pods = pods.clone();

@@ -138,3 +138,63 @@ pub fn unscheduled_pod(name: &str, addresses: Option<&str>) -> serde_json::Value
         },
     })
 }
+
+/// The Address objects roam-controller would hold for pod `namespace/pod` on `node` (`None`:
+/// a pod no kubelet runs) whose `roam.dev/addresses` is `annotation`: roam-cni plumbs only
+/// what they confirm. Component tests and benches that publish addresses by hand, as the
+/// controller, write these too ([`put_addresses`]). Empty when the annotation does not parse
+/// (a test of a malformed one).
+pub fn address_objects(
+    namespace: &str,
+    pod: &str,
+    node: Option<&str>,
+    annotation: &str,
+) -> Vec<serde_json::Value> {
+    let Ok(list) = roam_contract::annotation::parse_addresses(annotation) else {
+        return Vec::new();
+    };
+    list.iter()
+        .map(|pa| {
+            let mut spec = serde_json::json!({
+                "network": pa.network, "ip": pa.ip.to_string(), "mac": pa.mac,
+                "owner": roam_contract::owner::pod_owner(namespace, pod),
+                "reserved": true, "interface": pa.name,
+            });
+            // a pod no kubelet runs: the node its overlay port (`<address>.<node>`) names
+            let host = node.or_else(|| pa.port.strip_prefix(&format!("{}.", pa.address)));
+            if let Some(n) = host {
+                spec["host"] = n.into();
+            }
+            serde_json::json!({
+                "apiVersion": "roam.dev/v1alpha1", "kind": "Address",
+                "metadata": {"name": pa.address,
+                             "labels": {roam_contract::keys::NETWORK_LABEL: pa.network}},
+                "spec": spec,
+            })
+        })
+        .collect()
+}
+
+/// Create or replace `objects` (e.g. [`address_objects`]) in one `kubectl apply`.
+pub fn put_addresses(lab: &Lab, objects: Vec<serde_json::Value>) {
+    if objects.is_empty() {
+        return;
+    }
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    crate::lab::kubectl_manifest(lab, "apply", &list)
+        .unwrap_or_else(|e| panic!("apply Address objects: {e}"));
+}
+
+/// Delete the Address objects of Network `network` (what [`put_addresses`] wrote for it).
+pub fn delete_addresses(lab: &Lab, network: &str) {
+    let _ = crate::lab::try_kubectl(
+        lab,
+        &[
+            "delete",
+            "addresses",
+            "-l",
+            &format!("{}={network}", roam_contract::keys::NETWORK_LABEL),
+            "--wait=false",
+        ],
+    );
+}

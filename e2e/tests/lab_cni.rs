@@ -17,8 +17,9 @@ use kube::api::{Api, DeleteParams, PostParams};
 use roam_cni::config::AttachmentKey;
 use roam_contract::annotation::{Mode, PodAddress, addresses_annotation};
 use roam_e2e::{
-    CniOutput, Lab, LabNetwork, NodeNetns, PortBuilder, invoke_cni, node_kubeconfig, node_try_run,
-    overlay_fixture, reconcile_on_lab, try_run, unscheduled_pod, vsctl, wait_until,
+    CniOutput, Lab, LabNetwork, NodeNetns, PortBuilder, address_objects, delete_addresses,
+    invoke_cni, node_kubeconfig, node_try_run, overlay_fixture, put_addresses, reconcile_on_lab,
+    try_run, unscheduled_pod, vsctl, wait_until,
 };
 use roam_network::topology::{PortSpec, UnderlaySpec, plan_overlay, plan_underlay};
 use serde_json::{Value, json};
@@ -59,7 +60,8 @@ fn overlay_address(p: &PortSpec, ifname: &str) -> PodAddress {
         name: ifname.into(),
         network: NET.into(),
         mode: Mode::Overlay,
-        address: format!("{NET}-{}", p.ip.to_string().replace('.', "-")),
+        // as roam-controller names them: the port after its Address
+        address: p.name.clone(),
         port: roam_network::topology::overlay_port_name(&p.name, &p.node),
         ip: p.ip,
         prefix_len: 32,
@@ -82,6 +84,8 @@ struct Env {
     rt: tokio::runtime::Runtime,
     pods: Api<Pod>,
     made: Vec<String>,
+    /// Networks whose Address objects it wrote.
+    networks: std::cell::RefCell<Vec<String>>,
     _net: LabNetwork,
     _lock: std::sync::MutexGuard<'static, ()>,
 }
@@ -132,6 +136,7 @@ impl Env {
             lab,
             rt,
             made: vec![],
+            networks: Default::default(),
             _net: net,
             _lock: lock,
         };
@@ -155,10 +160,30 @@ impl Env {
                 .then_some(())
         });
         let pod: Pod = serde_json::from_value(unscheduled_pod(name, addresses)).unwrap();
+        // as roam-controller: the Address objects first, which roam-cni checks the
+        // annotation against
+        self.addresses(name, None, addresses);
         self.rt
             .block_on(self.pods.create(&PostParams::default(), &pod))
             .unwrap_or_else(|e| panic!("create pod {name}: {e}"));
         self.made.push(name.into());
+    }
+
+    /// The Address objects behind pod `name`'s annotation (on `node`, if it runs), as
+    /// roam-controller holds them; removed when dropped.
+    fn addresses(&self, name: &str, node: Option<&str>, annotation: Option<&str>) {
+        let objects = address_objects(&self.k8s_ns, name, node, annotation.unwrap_or("[]"));
+        let mut networks = self.networks.borrow_mut();
+        for o in &objects {
+            let net = o["spec"]["network"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if !networks.contains(&net) {
+                networks.push(net);
+            }
+        }
+        put_addresses(&self.lab, objects);
     }
 
     /// The config the runtime writes on stdin, with `extra` fields merged in.
@@ -270,6 +295,9 @@ impl Drop for Env {
                 self.pods
                     .delete(p, &DeleteParams::default().grace_period(0)),
             );
+        }
+        for n in self.networks.borrow().iter() {
+            delete_addresses(&self.lab, n);
         }
         // its pods go with it
         let _ = try_run(
@@ -699,7 +727,7 @@ fn a_two_interface_pod_overlay_eth0_and_vlan_eth1() {
         name: "eth1".into(),
         network: VNET.into(),
         mode: Mode::Underlay,
-        address: format!("{VNET}-198-18-6-10"),
+        address: v.name.clone(),
         port: roam_network::topology::vlan_port_name(&v.name),
         ip: v.ip,
         prefix_len: 24,
@@ -1043,9 +1071,41 @@ fn status_version_gc_and_bad_input() {
     assert!(msg.contains("roam.dev/addresses is malformed"), "{msg}");
     assert_eq!(env.leftovers("node-a", "h6c5"), Vec::<String>::new());
 
+    // an annotation its creator wrote, naming another pod's address (IP, MAC and OVN port):
+    // no Address says it is this pod's, so nothing is plumbed, and once the bound runs out
+    // the error names the Address and its holder
+    let victim = annotation(&[overlay_address(&p5, "eth0")]);
+    env.pod("h6-victim", Some(&victim));
+    let forged: Pod = serde_json::from_value(unscheduled_pod("h6-forged", Some(&victim))).unwrap();
+    env.rt
+        .block_on(env.pods.create(&PostParams::default(), &forged))
+        .expect("create the forged pod");
+    env.made.push("h6-forged".into());
+    let out = env.cni(
+        "node-a",
+        "ADD",
+        "h6c5",
+        &ns5.path,
+        "h6-forged",
+        &env.conf(json!({"annotationTimeoutSeconds": 2})),
+    );
+    let (s, c, msg) = error_of(&out);
+    assert_eq!((s, c), (1, 100), "{out:?}");
+    assert!(
+        msg.contains("is not roam-controller's")
+            && msg.contains(&format!(
+                "is held by {0}:h6-victim, not by {0}:h6-forged",
+                env.k8s_ns
+            )),
+        "{msg}"
+    );
+    assert_eq!(env.leftovers("node-a", "h6c5"), Vec::<String>::new());
+    assert!(ns5.try_run("ip", &["link", "show", "eth0"]).is_err());
+
     // a failure midway (the second interface's name is taken in the pod: `lo`) rolls back
     // the first, fully plumbed interface
     let mut lo = overlay_address(&p5, "lo");
+    lo.address = "c5-second".into();
     lo.port = "c5-second.node-a".into();
     lo.mac = "0a:58:64:82:01:55".into();
     lo.ip = "100.130.1.55".parse().unwrap();
@@ -1243,6 +1303,7 @@ fn real_nodes_get_pod_interfaces_from_roam_cni_through_containerd() {
         names: names.iter().map(|n| n.to_string()).collect(),
     };
     for (i, (n, node)) in names.iter().zip(["node-a", "node-b"]).enumerate() {
+        env.addresses(n, Some(node), Some(&annotations[i]));
         env.rt
             .block_on(env.pods.create(
                 &PostParams::default(),

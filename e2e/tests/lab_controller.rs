@@ -391,7 +391,7 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
         (Some(32), Some("100.140.1.1"), Some(1400))
     );
     let a = address(&lab, &web_addr).expect("the Address");
-    assert_eq!(a["spec"]["owner"], "h5-life-web");
+    assert_eq!(a["spec"]["owner"], "h5-life:web");
     assert_eq!(a["spec"]["host"], "node-a");
     assert_eq!(a["spec"]["interface"], "eth0");
     assert_eq!(a["spec"]["reserved"], true);
@@ -433,7 +433,7 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
             let a = address(&lab, &web_addr)?;
             (a["spec"]["deleted"] == true
                 && a["spec"]["deletionTime"].is_string()
-                && a["spec"]["owner"] == "h5-life-web"
+                && a["spec"]["owner"] == "h5-life:web"
                 && lsp(&lab, &format!("{web_addr}.node-a")).is_none())
             .then_some(())
         },
@@ -641,7 +641,7 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
         LONG,
         "db's address reclaimed",
         || {
-            let gone = address(&lab, &db_addr).is_none_or(|a| a["spec"]["owner"] != "h5-life-db");
+            let gone = address(&lab, &db_addr).is_none_or(|a| a["spec"]["owner"] != "h5-life:db");
             gone.then_some(())
         },
         || {
@@ -656,7 +656,7 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
     let a = address(&lab, &web_addr).unwrap();
     assert_eq!(
         (a["spec"]["owner"].as_str(), a["spec"]["deleted"].as_bool()),
-        (Some("h5-life-web"), Some(false))
+        (Some("h5-life:web"), Some(false))
     );
     let rows_after: Vec<String> = live_ports.iter().map(|p| lsp_uuid(&lab, p)).collect();
     assert_eq!(
@@ -949,7 +949,7 @@ fn bad_input_is_refused_reported_and_claims_nothing() {
         .collect();
     assert_eq!(
         owners,
-        ["h5-bad-good".to_string(), "h5-bad-tiny1".to_string()].into(),
+        ["h5-bad:good".to_string(), "h5-bad:tiny1".to_string()].into(),
         "only the good pods hold addresses"
     );
 

@@ -129,6 +129,17 @@ pub enum Error {
         #[source]
         source: Box<roam_contract::annotation::AnnotationError>,
     },
+    /// The pod's `roam.dev/addresses` names addresses that are not the pod's (no Address
+    /// object says so): written by someone other than roam-controller, or stale.
+    #[error("pod {namespace}/{pod}: its roam.dev/addresses is not roam-controller's: {problem}")]
+    NotThePods {
+        /// The pod's namespace.
+        namespace: String,
+        /// The pod's name.
+        pod: String,
+        /// Which Address and what differs.
+        problem: String,
+    },
     /// The runtime's CNI_IFNAME is not one of the pod's interfaces.
     #[error(
         "CNI_IFNAME {ifname:?} is not an interface of pod {namespace}/{pod} (its annotation lists {listed:?})"
@@ -215,7 +226,7 @@ impl Error {
             Error::AnnotationTimeout { .. }
             | Error::OvsdbUnreachable { .. }
             | Error::KubeUnreachable(_) => TRY_AGAIN_LATER,
-            Error::BadAnnotation { .. } => BAD_ANNOTATION,
+            Error::BadAnnotation { .. } | Error::NotThePods { .. } => BAD_ANNOTATION,
             Error::Refused { .. } => REFUSED,
             Error::NoSuchInterface { .. } => NO_SUCH_INTERFACE,
             Error::Kube(_) => KUBE_API,
@@ -244,6 +255,7 @@ impl Error {
             | Error::InvalidConfig { .. }
             | Error::NetnsGone { .. }
             | Error::BadAnnotation { .. }
+            | Error::NotThePods { .. }
             | Error::Refused { .. }
             | Error::NoSuchInterface { .. }
             // the kubeconfig is unusable, the pod does not exist, or the API server refused
@@ -291,6 +303,12 @@ impl Error {
             Error::BadAnnotation { .. } => {
                 "the controller wrote an annotation roam-cni cannot use; nothing was plumbed".into()
             }
+            Error::NotThePods { .. } => "roam-cni plumbs only addresses whose Address \
+                object (written by roam-controller alone) names this pod's owner and node; \
+                roam-controller replaces an annotation it did not write, so a pod created with \
+                one that names other addresses starts once it has; do not set \
+                roam.dev/addresses by hand"
+                .into(),
             Error::Refused { .. } => "fix the pod's roam.dev/interfaces or the Network it \
                 names (the pod's Events say the same); the runtime retries, and the pod starts \
                 once roam-controller publishes its addresses"

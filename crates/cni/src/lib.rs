@@ -3,12 +3,14 @@
 //!
 //! Pure core (no I/O, unit-tested): [`config`] (stdin and environment), [`plan`] (what to
 //! plumb per interface, host-side names), [`result`] (the CNI result and `prevResult`),
-//! [`check`] (CHECK's comparison). I/O adapters, thin: [`kube`] (the pod's annotation),
+//! [`check`] (CHECK's comparison), [`trust`] (the annotation's addresses against the
+//! Address objects). I/O adapters, thin: [`kube`] (the pod's annotation and its Addresses),
 //! [`ovs`] (the node's Open_vSwitch database, through roam-ovsdb),
 //! [`netlink`] (rtnetlink in the host's and the pod's namespaces — never the `ip` command).
 //! [`run`] wires them per command.
 //!
-//! - ADD: wait (bounded) for the annotation; per interface a veth pair, the pod side named,
+//! - ADD: wait (bounded) for the annotation and for every Address it lists to say it is the
+//!   pod's (owner, node, IP, MAC, Network: the annotation alone is never trusted); per interface a veth pair, the pod side named,
 //!   MAC'd and MTU'd per the annotation (transmit offloads off when the bridge's datapath is
 //!   OVS's userspace one, see [`ethtool`]), the host side a port of `br-int` with
 //!   `external_ids:iface-id` = the OVN port; overlay: `A/32`, `GW/32` on-link, default via GW;
@@ -34,6 +36,7 @@ pub mod netlink;
 pub mod ovs;
 pub mod plan;
 pub mod result;
+pub mod trust;
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -117,7 +120,7 @@ async fn add(env: &CniEnv, conf: &NetConf) -> Result<Value> {
     let (namespace, pod) = env.pod()?;
     let netns = open_netns(env)?;
     let ovs = Ovs::connect(&conf.ovs_db, &conf.bridge).await?;
-    let json = kube::wait_addresses(
+    let addresses = kube::wait_addresses(
         conf.kubeconfig
             .as_deref()
             .expect("ADD configs carry a kubeconfig"),
@@ -126,13 +129,6 @@ async fn add(env: &CniEnv, conf: &NetConf) -> Result<Value> {
         conf.annotation_timeout,
     )
     .await?;
-    let addresses = roam_contract::annotation::parse_addresses(&json).map_err(|source| {
-        Error::BadAnnotation {
-            namespace: namespace.clone(),
-            pod: pod.clone(),
-            source: Box::new(source),
-        }
-    })?;
     let plans = plan::plan(&conf.name, key, (&namespace, &pod), &addresses)?;
     let host = Netlink::host()?;
     // an earlier ADD of the same attachment that died midway: start clean

@@ -10,6 +10,7 @@ use roam_dhcp_opts::MacAddr;
 
 pub mod annotation;
 pub mod keys;
+pub mod owner;
 pub mod qos;
 
 /// A locally administered, unicast MAC derived from the IP (`0a:58:` + the IP's octets, as

@@ -35,7 +35,7 @@ pub struct AddressSpec {
     /// The node's management address that routes to this address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<String>,
-    /// Who holds it: `namespace/name` of a VirtualMachine, or `namespace-name` of a plain pod.
+    /// Who holds it: `namespace/name` of a VirtualMachine, or `namespace:name` of a plain pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
     /// The node it lives on now; its /32 route points there.

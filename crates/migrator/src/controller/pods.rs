@@ -51,7 +51,6 @@ pub fn live_owner(p: &Pod) -> Option<String> {
         p.metadata.namespace.as_deref().unwrap_or_default(),
         p.metadata.name.as_deref().unwrap_or_default(),
         p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
-        p.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new()),
     ))
 }
 

@@ -38,26 +38,7 @@ pub fn also_on(a: &Address) -> Vec<String> {
     set.into_iter().collect()
 }
 
-/// Who holds a pod's addresses: the VirtualMachine (`namespace/name`, from [`VM_LABEL`] as a
-/// label or an annotation) for a VM launcher pod — both launcher pods of a migration share
-/// it — else `namespace-name` of the pod.
-pub fn owner_key(
-    namespace: &str,
-    name: &str,
-    labels: &BTreeMap<String, String>,
-    annotations: &BTreeMap<String, String>,
-) -> String {
-    match labels.get(VM_LABEL).or_else(|| annotations.get(VM_LABEL)) {
-        Some(vm) if !vm.is_empty() => {
-            if vm.contains('/') {
-                vm.clone()
-            } else {
-                format!("{namespace}/{vm}")
-            }
-        }
-        _ => format!("{namespace}-{name}"),
-    }
-}
+pub use roam_contract::owner::owner_key;
 
 /// One interface's request with the Network it draws from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -381,9 +362,11 @@ pub fn deletion_time(spec: &AddressSpec) -> Option<SystemTime> {
 }
 
 /// Whether Address `spec` is held by a VM (its owner is `namespace/name`; a pod's is
-/// `namespace-name`).
+/// `namespace:name`, see [`roam_contract::owner`]).
 pub fn is_vm_address(spec: &AddressSpec) -> bool {
-    spec.owner.as_deref().is_some_and(|o| o.contains('/'))
+    spec.owner
+        .as_deref()
+        .is_some_and(roam_contract::owner::is_vm_owner)
 }
 
 /// The OVN logical switch port carrying Address `name` on `node` (the OVS `iface-id`): a

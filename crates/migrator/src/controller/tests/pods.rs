@@ -25,7 +25,7 @@ async fn a_pod_claims_a_pool_address_then_its_addresses_are_published() {
         Expect::put("/apis/roam.dev/v1alpha1/addresses/net-10-1-0-5?").with(json!({
             "metadata": {"resourceVersion": "1", "annotations": {"roam.dev/pod": "ns/web"}},
             // a plain pod's owner key is `namespace-name`
-            "spec": {"owner": "ns-web", "host": "node-a", "reserved": true},
+            "spec": {"owner": "ns:web", "host": "node-a", "reserved": true},
         })),
         Expect::patch("/api/v1/namespaces/ns/pods/web?"),
     ]));

@@ -56,17 +56,6 @@ fn ann(json: &str) -> BTreeMap<String, String> {
 }
 
 #[test]
-fn owner_is_the_vm_for_launcher_pods_and_namespace_name_otherwise() {
-    let none = BTreeMap::new();
-    assert_eq!(owner_key("ns", "p", &none, &none), "ns-p");
-    let vm: BTreeMap<String, String> = [(VM_LABEL.to_string(), "ns/vm1".to_string())].into();
-    assert_eq!(owner_key("ns", "virt-launcher-x", &vm, &none), "ns/vm1");
-    assert_eq!(owner_key("ns", "virt-launcher-y", &none, &vm), "ns/vm1");
-    let short: BTreeMap<String, String> = [(VM_LABEL.to_string(), "vm1".to_string())].into();
-    assert_eq!(owner_key("ns", "l", &short, &none), "ns/vm1");
-}
-
-#[test]
 fn resolve_finds_the_network_per_interface() {
     let nets = vec![net(), vlan_net()];
     let r = resolve("ns/p", &BTreeMap::new(), &nets).unwrap();
