@@ -1138,7 +1138,7 @@ fn two_controllers_racing_1000_claims_hand_out_no_ip_twice() {
         assert!(seen.insert(ip.to_string()), "IP {ip} published twice");
         assert_eq!(
             by_ip.get(ip).map(String::as_str),
-            Some(format!("{ns}-{name}").as_str()),
+            Some(format!("{ns}:{name}").as_str()),
             "{name}'s IP {ip} is held by it"
         );
     }
@@ -1580,7 +1580,7 @@ fn controller_runs_under_its_least_privilege_service_account() {
             &a["spec"]["host"],
             &a["spec"]["reserved"]
         ),
-        (&json!("r5-rbac-web"), &json!("node-a"), &json!(true))
+        (&json!("r5-rbac:web"), &json!("node-a"), &json!(true))
     );
     // bad input: roam.dev/error and a Warning Event on the pod
     wait_until(LONG, "roam.dev/error on the bad pod", || {
@@ -1625,7 +1625,7 @@ fn controller_runs_under_its_least_privilege_service_account() {
                 .find(|(_, r, _)| r == "AddressReleased")
         },
     );
-    assert!(released.2.contains("r5-rbac-web"), "{released:?}");
+    assert!(released.2.contains("r5-rbac:web"), "{released:?}");
 
     // a VirtualMachine: its Address, its token Secret, its launcher pod on node-a (run by
     // the real kubelet: roam-shim boots the guest), its status, its Events
