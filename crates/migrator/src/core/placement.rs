@@ -119,11 +119,8 @@ impl Need {
 /// Whether `n` could ever take `need`, were nothing else on it: its allocatable memory and
 /// CPUs. `Some(why)`: never — a VM pinned to it is refused rather than left waiting.
 pub fn never_fits(n: &NodeFacts, need: &Need) -> Option<String> {
-    if let Some(cpus) = n.cpus.filter(|c| *c < need.cpus) {
-        return Some(format!(
-            "node {} has {cpus} allocatable CPUs, the VM {} vCPUs",
-            n.name, need.cpus
-        ));
+    if let Some(short) = too_few_cpus(n, need) {
+        return Some(format!("node {} has {short}", n.name));
     }
     (n.allocatable_mib > 0 && n.allocatable_mib < need.memory_mib).then(|| {
         format!(
@@ -131,6 +128,16 @@ pub fn never_fits(n: &NodeFacts, need: &Need) -> Option<String> {
             n.name, n.allocatable_mib, need.memory_mib
         )
     })
+}
+
+/// `n` has fewer allocatable CPUs than the VM has vCPUs: how many each (`None`: enough, or
+/// the node does not say).
+fn too_few_cpus(n: &NodeFacts, need: &Need) -> Option<String> {
+    let cpus = n.cpus.filter(|c| *c < need.cpus)?;
+    Some(format!(
+        "{cpus} allocatable CPUs, the VM {} vCPUs",
+        need.cpus
+    ))
 }
 
 /// A CPU quantity (`2`, `1500m`, `0.5`) in whole CPUs, rounded down; `None`: unreadable.
@@ -196,11 +203,8 @@ pub fn unfit(n: &NodeFacts, need: &Need) -> Option<String> {
     {
         return Some(format!("no label {k}={v}"));
     }
-    if let Some(cpus) = n.cpus.filter(|c| *c < need.cpus) {
-        return Some(format!(
-            "{cpus} allocatable CPUs, the VM has {} vCPUs",
-            need.cpus
-        ));
+    if let Some(short) = too_few_cpus(n, need) {
+        return Some(short);
     }
     let free = n.allocatable_mib.saturating_sub(n.requested_mib);
     if free < need.memory_mib {
