@@ -496,13 +496,17 @@ mod tests {
             Endpoint::parse("tcp:127.0.0.1:6641").unwrap(),
             Endpoint::Tcp("127.0.0.1:6641".into())
         );
+        assert_eq!(
+            Endpoint::parse("ssl:1.2.3.4:6641").unwrap(),
+            Endpoint::Ssl("1.2.3.4:6641".into())
+        );
         for bad in [
             "",
             "unix:",
             "tcp:127.0.0.1",
             "tcp::6641",
             "tcp:h:port",
-            "ssl:1.2.3.4:6641",
+            "ssl:1.2.3.4",
             "/run/x.sock",
         ] {
             assert!(

@@ -2,9 +2,10 @@
 //! read may end in the middle of a message or hold several. [`Framer`] buffers bytes and
 //! yields each complete JSON value once it has arrived.
 //!
-//! Linear in the bytes received: a small scanner (depth, inside a string, after a
-//! backslash) walks each byte once, across reads, and serde_json parses a message only once
-//! it is complete; consumed messages are dropped from the buffer in amortised O(1) per byte.
+//! Linear in the bytes received: a small scanner (the open brackets, inside a string, after
+//! a backslash) walks each byte once, across reads, and serde_json parses a message only once
+//! it is complete; a bracket that closes the wrong one, or a byte no JSON token has outside a
+//! string, is refused as it arrives (not when the message would have ended); consumed messages are dropped from the buffer in amortised O(1) per byte.
 //! (Re-parsing the buffer on every read cost O(n²/read size) for a large monitor reply.)
 //! Every JSON-RPC message is an object, so a top-level value must be an object or an array.
 
@@ -31,8 +32,9 @@ pub struct Framer {
     start: usize,
     /// How far the scanner has read.
     scan: usize,
-    /// Open objects and arrays; 0 before a value begins.
-    depth: u32,
+    /// The closing bracket each open object and array needs, innermost last; empty before
+    /// a value begins.
+    open: Vec<u8>,
     /// Inside a string.
     in_str: bool,
     /// Right after a backslash inside a string.
@@ -60,10 +62,11 @@ impl Framer {
         while self.scan < self.buf.len() {
             let b = self.buf[self.scan];
             self.scan += 1;
-            if self.depth == 0 {
+            if self.open.is_empty() {
                 match b {
                     b' ' | b'\t' | b'\n' | b'\r' => self.start = self.scan,
-                    b'{' | b'[' => self.depth = 1,
+                    b'{' => self.open.push(b'}'),
+                    b'[' => self.open.push(b']'),
                     _ => {
                         return Err(Error::Protocol(format!(
                             "invalid JSON from server: a message must be a JSON object, not \
@@ -83,20 +86,43 @@ impl Framer {
                 match b {
                     b'"' => self.in_str = true,
                     b'{' | b'[' => {
-                        self.depth += 1;
-                        if self.depth > MAX_DEPTH {
+                        if self.open.len() >= MAX_DEPTH as usize {
                             return Err(Error::Protocol(format!(
                                 "invalid JSON from server: nested deeper than {MAX_DEPTH}"
                             )));
                         }
+                        self.open.push(if b == b'{' { b'}' } else { b']' });
                     }
                     b'}' | b']' => {
-                        self.depth -= 1;
-                        if self.depth == 0 {
+                        if self.open.pop() != Some(b) {
+                            return Err(Error::Protocol(format!(
+                                "invalid JSON from server: {:?} closes nothing open there",
+                                char::from(b)
+                            )));
+                        }
+                        if self.open.is_empty() {
                             return self.complete().map(Some);
                         }
                     }
-                    _ => {}
+                    // numbers, true, false, null, separators and white space
+                    b' ' | b'\t' | b'\n' | b'\r' | b',' | b':' | b'-' | b'+' | b'.' => {}
+                    b'0'..=b'9'
+                    | b'e'
+                    | b'E'
+                    | b't'
+                    | b'r'
+                    | b'u'
+                    | b'f'
+                    | b'a'
+                    | b'l'
+                    | b's'
+                    | b'n' => {}
+                    _ => {
+                        return Err(Error::Protocol(format!(
+                            "invalid JSON from server: byte {:?} outside a string",
+                            char::from(b)
+                        )));
+                    }
                 }
             }
         }
@@ -191,6 +217,20 @@ mod tests {
             assert!(
                 matches!(got, Err(Error::Protocol(_))),
                 "{:?}: {got:?}",
+                String::from_utf8_lossy(garbage)
+            );
+        }
+    }
+
+    /// A wrong bracket or a stray byte is refused as it arrives, before the message could end.
+    #[test]
+    fn broken_messages_are_refused_before_they_end() {
+        for garbage in [&b"{\"id\": 1, \"result\": [}"[..], b"{\"id\": x", b"[1, 2}"] {
+            let mut f = Framer::new();
+            f.push(garbage);
+            assert!(
+                matches!(f.next_value(), Err(Error::Protocol(m)) if m.contains("invalid JSON")),
+                "{:?}",
                 String::from_utf8_lossy(garbage)
             );
         }
