@@ -511,12 +511,43 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
     });
 
     // a VM's second launcher pod (a migration's target) shares the VM's address; it moves
-    // to the target when the source pod is gone: same IP, MAC and port
-    let vm = json!({"roam.dev/vm": "vm1"});
+    // to the target when the source pod is gone: same IP, MAC and port. The two pods stand
+    // for launchers: the VM's label and the VM as their controlling ownerReference (the VM
+    // object itself has a relative kernel path, so every controller refuses it and creates
+    // no launcher of its own). A pod with the label alone is its own owner.
     create(
         &lab,
         "create",
-        &[pod(ns, "vm1-src", "node-a", json!({}), vm.clone())],
+        &[json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
+                 "metadata": {"name": "vm1", "namespace": ns},
+                 "spec": {"cpu": 1, "memoryMiB": 256,
+                          "boot": {"kernel": {"kernel": "never-booted"}}}})],
+    );
+    let vm_uid = get_json(&lab, &["-n", ns, "get", "vm", "vm1"])["metadata"]["uid"]
+        .as_str()
+        .expect("the VM's uid")
+        .to_string();
+    let vm = json!({"roam.dev/vm": "vm1"});
+    let launcher = |name: &str, node: &str| {
+        let mut p = pod(ns, name, node, json!({}), vm.clone());
+        p["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine", "name": "vm1",
+            "uid": vm_uid, "controller": true}]);
+        p
+    };
+    create(
+        &lab,
+        "create",
+        &[
+            launcher("vm1-src", "node-a"),
+            pod(ns, "vm1-label-only", "node-a", json!({}), vm.clone()),
+        ],
+    );
+    let label_only = wait_published(&lab, &c2, ns, "vm1-label-only");
+    assert_eq!(
+        address(&lab, label_only["address"].as_str().unwrap()).unwrap()["spec"]["owner"],
+        "h5-life:vm1-label-only",
+        "a label without the VM's ownerReference does not make a pod the VM's"
     );
     let src = wait_published(&lab, &c2, ns, "vm1-src");
     let vm_ip = src["ip"].as_str().unwrap().to_string();
@@ -542,11 +573,7 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
         fabric_hop(&lab, net, &vm_ip).as_deref(),
         Some(vm_ip.as_str())
     );
-    create(
-        &lab,
-        "create",
-        &[pod(ns, "vm1-dst", "node-b", json!({}), vm)],
-    );
+    create(&lab, "create", &[launcher("vm1-dst", "node-b")]);
     wait_until(LONG, "vm1-dst waits for the source", || {
         c2.log_text()
             .contains("waiting for the owner's other pod")

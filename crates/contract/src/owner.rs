@@ -25,14 +25,55 @@ pub fn is_vm_owner(owner: &str) -> bool {
     owner.contains('/')
 }
 
-/// The owner key of pod `namespace/name` with `labels`: the VirtualMachine of the same
-/// namespace its [`VM_LABEL`] names (a VM's launcher pods — both of a migration — share it),
-/// else the pod itself. Only a label counts, and only within the pod's own namespace: an
-/// annotation, or a value naming another namespace, does not make a pod another
-/// namespace's VM.
-pub fn owner_key(namespace: &str, name: &str, labels: &BTreeMap<String, String>) -> String {
+/// The API group of roam's VirtualMachine (an ownerReference's `apiVersion` is
+/// `GROUP/VERSION`).
+pub const VM_GROUP: &str = "roam.dev";
+/// The kind of roam's VirtualMachine.
+pub const VM_KIND: &str = "VirtualMachine";
+
+/// One of a pod's ownerReferences, the fields an owner key reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnerRef<'a> {
+    /// `apiVersion`: `group/version`.
+    pub api_version: &'a str,
+    /// `kind`.
+    pub kind: &'a str,
+    /// `name`: the owner, in the pod's namespace.
+    pub name: &'a str,
+    /// `controller`: the owner is the pod's managing controller.
+    pub controller: bool,
+}
+
+impl OwnerRef<'_> {
+    /// Whether this reference makes VirtualMachine `vm` the pod's controller.
+    fn controls_as_vm(&self, vm: &str) -> bool {
+        self.controller
+            && self.kind == VM_KIND
+            && self.name == vm
+            && self.api_version.split_once('/').map(|(g, _)| g) == Some(VM_GROUP)
+    }
+}
+
+/// The owner key of pod `namespace/name` with `labels` and `owners` (its ownerReferences):
+/// the VirtualMachine its [`VM_LABEL`] names (a VM's launcher pods — both of a migration —
+/// share it) when that VM of the pod's own namespace is also the pod's controlling
+/// ownerReference, as on the launcher pods roam-controller creates; else the pod itself.
+/// A label alone, an annotation, or a value naming another namespace does not make a pod a
+/// VM's.
+pub fn owner_key(
+    namespace: &str,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+    owners: &[OwnerRef<'_>],
+) -> String {
     match labels.get(VM_LABEL) {
-        Some(vm) if !vm.is_empty() && !vm.contains('/') => vm_owner(namespace, vm),
+        Some(vm)
+            if !vm.is_empty()
+                && !vm.contains('/')
+                && owners.iter().any(|o| o.controls_as_vm(vm)) =>
+        {
+            vm_owner(namespace, vm)
+        }
         _ => pod_owner(namespace, name),
     }
 }
@@ -41,28 +82,75 @@ pub fn owner_key(namespace: &str, name: &str, labels: &BTreeMap<String, String>)
 mod tests {
     use super::*;
 
+    fn labelled(vm: &str) -> BTreeMap<String, String> {
+        [(VM_LABEL.into(), vm.into())].into()
+    }
+
+    fn vm_ref(name: &str) -> OwnerRef<'_> {
+        OwnerRef {
+            api_version: "roam.dev/v1alpha1",
+            kind: VM_KIND,
+            name,
+            controller: true,
+        }
+    }
+
     #[test]
-    fn a_vm_label_makes_the_vm_of_the_pods_own_namespace_the_owner() {
+    fn a_launcher_of_the_pods_own_namespace_is_its_vms() {
         let none = BTreeMap::new();
-        assert_eq!(owner_key("ns", "p", &none), "ns:p");
-        let vm: BTreeMap<String, String> = [(VM_LABEL.into(), "vm1".into())].into();
-        assert_eq!(owner_key("ns", "vm1-launcher", &vm), "ns/vm1");
-        assert!(is_vm_owner(&owner_key("ns", "l", &vm)));
-        assert!(!is_vm_owner(&owner_key("ns", "l", &none)));
+        assert_eq!(owner_key("ns", "p", &none, &[]), "ns:p");
+        let vm = labelled("vm1");
+        assert_eq!(
+            owner_key("ns", "vm1-launcher", &vm, &[vm_ref("vm1")]),
+            "ns/vm1"
+        );
+        assert!(is_vm_owner(&owner_key("ns", "l", &vm, &[vm_ref("vm1")])));
+        assert!(!is_vm_owner(&owner_key("ns", "l", &none, &[vm_ref("vm1")])));
+    }
+
+    #[test]
+    fn a_label_without_the_vms_controller_reference_is_not_the_vm() {
+        let vm = labelled("vm1");
+        assert_eq!(owner_key("ns", "p", &vm, &[]), "ns:p", "label only");
+        let not_controller = OwnerRef {
+            controller: false,
+            ..vm_ref("vm1")
+        };
+        let other_vm = vm_ref("vm2");
+        let other_group = OwnerRef {
+            api_version: "evil.dev/v1alpha1",
+            ..vm_ref("vm1")
+        };
+        let other_kind = OwnerRef {
+            kind: "ReplicaSet",
+            ..vm_ref("vm1")
+        };
+        let no_version = OwnerRef {
+            api_version: "roam.dev",
+            ..vm_ref("vm1")
+        };
+        for r in [not_controller, other_vm, other_group, other_kind, no_version] {
+            assert_eq!(owner_key("ns", "p", &vm, &[r]), "ns:p", "{r:?}");
+        }
     }
 
     #[test]
     fn another_namespaces_vm_cannot_be_named() {
-        let other: BTreeMap<String, String> = [(VM_LABEL.into(), "other/vm1".into())].into();
-        assert_eq!(owner_key("ns", "p", &other), "ns:p");
-        let empty: BTreeMap<String, String> = [(VM_LABEL.into(), String::new())].into();
-        assert_eq!(owner_key("ns", "p", &empty), "ns:p");
+        let other = labelled("other/vm1");
+        assert_eq!(
+            owner_key("ns", "p", &other, &[vm_ref("other/vm1")]),
+            "ns:p"
+        );
+        assert_eq!(owner_key("ns", "p", &labelled(""), &[vm_ref("")]), "ns:p");
     }
 
     #[test]
     fn keys_that_collided_before_do_not() {
         let none = BTreeMap::new();
-        assert_ne!(owner_key("a-b", "c", &none), owner_key("a", "b-c", &none));
+        assert_ne!(
+            owner_key("a-b", "c", &none, &[]),
+            owner_key("a", "b-c", &none, &[])
+        );
         // a pod named like a VM is not the VM
         assert_ne!(pod_owner("ns", "demo"), vm_owner("ns", "demo"));
     }

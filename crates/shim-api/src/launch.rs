@@ -423,7 +423,8 @@ impl LaunchArgs {
             }
         }
         match self.nics.as_slice() {
-            [] => {}
+            // no NIC: an empty list, which parses back to none (no flag would be refused)
+            [] => out.push((flag::NICS, Some(String::new()))),
             // one NIC: the flags every roam-shim understands
             [one] => out.extend([
                 (flag::MAC, Some(one.mac.to_string())),
@@ -658,9 +659,9 @@ fn from_given(given: BTreeMap<&'static str, Given>) -> Result<LaunchArgs> {
             ));
         }
     };
-    let (mac_flag, port_flag) = match from_list {
-        true => (flag::NICS, flag::NICS),
-        false => (flag::MAC, flag::OVN_PORT),
+    let (mac_flag, tap_flag, port_flag) = match from_list {
+        true => (flag::NICS, flag::NICS, flag::NICS),
+        false => (flag::MAC, flag::TAP, flag::OVN_PORT),
     };
     let mut nics = Vec::with_capacity(raw_nics.len());
     for n in raw_nics {
@@ -676,6 +677,12 @@ fn from_given(given: BTreeMap<&'static str, Given>) -> Result<LaunchArgs> {
                     n.tap
                 ),
             ));
+        }
+        if let Some(p) = crate::limits::tap_name_problem(&n.tap) {
+            return Err(bad(tap_flag, p));
+        }
+        if let Some(p) = crate::limits::ovn_port_problem(&n.ovn_port) {
+            return Err(bad(port_flag, p));
         }
         nics.push(LaunchNic {
             mac,
@@ -1051,6 +1058,8 @@ mod tests {
                 "the OVN port of tap \"t\" is empty",
             ),
             ("zz/t/p", "--nics: bad mac"),
+            ("52:54:00:00:00:01/0123456789abcdef/p", "an interface name"),
+            ("52:54:00:00:00:01/t/p q", "without '/', ',' or whitespace"),
         ] {
             let mut args = base.clone();
             args.extend(words(&["--nics", nics]));
@@ -1080,6 +1089,7 @@ mod tests {
     }
 
     // values in the forms parse accepts: no ',' or '/' in a tap or port (the --nics separators),
+    // a tap an interface name (at most 15 bytes),
     // no blank instance (parse reads it as none)
     fn name() -> impl Strategy<Value = String> {
         "[a-z][a-z0-9._-]{0,20}"
@@ -1090,7 +1100,7 @@ mod tests {
     }
 
     fn nic() -> impl Strategy<Value = LaunchNic> {
-        (any::<[u8; 6]>(), name(), name()).prop_map(|(mac, tap, ovn_port)| LaunchNic {
+        (any::<[u8; 6]>(), "[a-z][a-z0-9._-]{0,14}", name()).prop_map(|(mac, tap, ovn_port)| LaunchNic {
             mac: MacAddr::new(mac),
             tap,
             ovn_port,

@@ -68,6 +68,46 @@ pub fn cmdline_problem(cmdline: &str) -> Option<String> {
     }
 }
 
+/// Longest Linux interface name (`IFNAMSIZ` less its NUL).
+pub const MAX_TAP_NAME: usize = 15;
+/// Longest OVN logical port name roam gives (an Address's name, a `.` and a node's name).
+pub const MAX_OVN_PORT: usize = 253 + 1 + 253;
+
+/// What is wrong with a tap's name, if anything: Linux's rules for an interface name
+/// (1-15 bytes, not `.` or `..`, no `/`, `:` or whitespace) and no `,` (the `--nics`
+/// separator).
+pub fn tap_name_problem(tap: &str) -> Option<String> {
+    let ok = !tap.is_empty()
+        && tap.len() <= MAX_TAP_NAME
+        && tap != "."
+        && tap != ".."
+        && !tap
+            .chars()
+            .any(|c| c == '/' || c == ':' || c == ',' || c.is_whitespace() || c.is_control());
+    (!ok).then(|| {
+        format!(
+            "tap {tap:?}: an interface name has 1-{MAX_TAP_NAME} bytes, is not '.' or '..', \
+             and holds no '/', ':', ',' or whitespace"
+        )
+    })
+}
+
+/// What is wrong with an OVN logical port's name, if anything: not empty, at most
+/// [`MAX_OVN_PORT`] bytes, no `/`, `,` (the `--nics` separators), whitespace or control
+/// character.
+pub fn ovn_port_problem(port: &str) -> Option<String> {
+    let ok = !port.is_empty()
+        && port.len() <= MAX_OVN_PORT
+        && !port
+            .chars()
+            .any(|c| c == '/' || c == ',' || c.is_whitespace() || c.is_control());
+    (!ok).then(|| {
+        format!(
+            "OVN port {port:?}: use 1-{MAX_OVN_PORT} bytes without '/', ',' or whitespace"
+        )
+    })
+}
+
 /// What is wrong with a disk format, if anything.
 pub fn disk_format_problem(format: &str) -> Option<String> {
     (format != "qcow2" && format != "raw")
@@ -100,6 +140,23 @@ mod tests {
             assert!(p.contains(why), "{bad}: {p}");
         }
         assert!(boot_path_problem("kernel", &format!("/{}", "a".repeat(MAX_PATH))).is_some());
+    }
+
+    #[test]
+    fn taps_are_interface_names_and_ports_carry_no_separator() {
+        for ok in ["rm1a2b3c4d5e6f7", "tap0", "a.b-c_d"] {
+            assert_eq!(tap_name_problem(ok), None, "{ok}");
+        }
+        for bad in ["", ".", "..", "a/b", "a:b", "a,b", "a b", "tap0 ", "0123456789abcdef"] {
+            assert!(tap_name_problem(bad).is_some(), "{bad:?}");
+        }
+        for ok in ["ns_vm-eth0", "demo-eth0.node-a", "vlan-port"] {
+            assert_eq!(ovn_port_problem(ok), None, "{ok}");
+        }
+        let long = "p".repeat(MAX_OVN_PORT + 1);
+        for bad in ["", "a/b", "a,b", "p ", " p", "a\tb", long.as_str()] {
+            assert!(ovn_port_problem(bad).is_some(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -31,6 +31,7 @@ use crate::core::claim::{
     resolve,
 };
 use crate::error::{Error, Result};
+use roam_contract::owner::OwnerRef;
 
 /// The owner key of a pod that holds addresses now: scheduled, not host-network, not
 /// finished. `None` for any other pod.
@@ -47,10 +48,23 @@ pub fn live_owner(p: &Pod) -> Option<String> {
     {
         return None;
     }
+    let owners: Vec<OwnerRef<'_>> = p
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .map(|o| OwnerRef {
+            api_version: &o.api_version,
+            kind: &o.kind,
+            name: &o.name,
+            controller: o.controller == Some(true),
+        })
+        .collect();
     Some(owner_key(
         p.metadata.namespace.as_deref().unwrap_or_default(),
         p.metadata.name.as_deref().unwrap_or_default(),
         p.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
+        &owners,
     ))
 }
 
