@@ -78,7 +78,7 @@ impl ControllerProcess {
             "--ovn-key",
             &format!("{OVN_TLS_DIR}/tls.key"),
             "--sb",
-            &lab_endpoint(lab, lab.sb_tcp()),
+            lab.var("ROAM_OVN_SB_SSL"),
             "--metrics-addr",
             &format!("0.0.0.0:{metrics_port}"),
             "--identity",

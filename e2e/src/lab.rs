@@ -118,7 +118,8 @@ impl Lab {
         self.var("ROAM_OVN_NB_TCP")
     }
 
-    /// The southbound database over TCP (what roam-controller's `--sb` is given).
+    /// The southbound database over TCP on the host's loopback (the tests' own tools; nodes and
+    /// controllers reach it over TLS: `ROAM_OVN_SB_SSL`).
     pub fn sb_tcp(&self) -> &str {
         self.var("ROAM_OVN_SB_TCP")
     }

@@ -518,10 +518,12 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
     create(
         &lab,
         "create",
-        &[json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
+        &[
+            json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
                  "metadata": {"name": "vm1", "namespace": ns},
                  "spec": {"cpu": 1, "memoryMiB": 256,
-                          "boot": {"kernel": {"kernel": "never-booted"}}}})],
+                          "boot": {"kernel": {"kernel": "never-booted"}}}}),
+        ],
     );
     let vm_uid = get_json(&lab, &["-n", ns, "get", "vm", "vm1"])["metadata"]["uid"]
         .as_str()

@@ -3,11 +3,14 @@
 //! runs roam as `e2e/lab up` installed it (two replicas on two nodes, one leading, both
 //! ready, as the Deployment's unprivileged user, nothing of it on the host); a standby
 //! replica answers its probes before it leads; a replica pointed at a database that is not
-//! OVN's northbound is not ready and says why, in `/readyz` and in its log; the NB takes the
-//! node network only over TLS with a certificate of its CA.
+//! OVN's northbound is not ready and says why, in `/readyz` and in its log; the NB and SB
+//! take the node network only over TLS with a certificate of their CA, and a chassis's
+//! certificate cannot change another node's chassis.
 
 use std::path::Path;
 use std::time::Duration;
+
+use serde_json::json;
 
 use roam_e2e::{
     ControllerProcess, Installed, Lab, apply_crds, holder_pid, kubectl, try_kubectl,
@@ -166,7 +169,7 @@ fn a_standby_answers_its_probes_and_a_wrong_nb_is_named() {
 
     // the southbound database answers OVSDB, but it is not the northbound
     let mut args = common.to_vec();
-    let sb = roam_e2e::lab_endpoint(&lab, lab.sb_tcp());
+    let sb = lab.var("ROAM_OVN_SB_SSL").to_string();
     args.extend(["--nb", sb.as_str()]);
     let standby = ControllerProcess::start(&lab, "readyz-standby", 18041, &args);
     let body = readyz(&standby, 503);
@@ -210,14 +213,17 @@ fn a_standby_answers_its_probes_and_a_wrong_nb_is_named() {
     );
 }
 
-/// The lab's NB takes the nodes' network only over TLS with a client certificate of its CA:
-/// roam-controller's certificate (the one the installation mounts) reads it; plain TCP, and
-/// a certificate the CA did not sign, get nothing.
+/// The lab's NB and SB take the nodes' network only over TLS with a client certificate of
+/// their CA: roam-controller's certificate (the one the installation mounts) reads both;
+/// plain TCP, and a certificate the CA did not sign, get nothing. On the SB a chassis's
+/// certificate may change its own Chassis row but not another node's (OVN's RBAC).
 #[test]
-fn the_nb_takes_the_node_network_only_over_tls() {
+fn ovn_takes_the_node_network_only_over_tls() {
     let lab = Lab::get();
     let nb = lab.var("ROAM_OVN_NB_SSL").to_string();
+    let sb = lab.var("ROAM_OVN_SB_SSL").to_string();
     assert!(nb.starts_with("ssl:10.213.0.1:"), "{nb}");
+    assert!(sb.starts_with("ssl:10.213.0.1:"), "{sb}");
     let pki = Path::new(lab.var("ROAM_OVN_PKI")).to_path_buf();
     let tmp = lab.dir().join("tls-stranger");
     std::fs::create_dir_all(&tmp).unwrap();
@@ -261,41 +267,82 @@ fn the_nb_takes_the_node_network_only_over_tls() {
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let roam = roam_ovsdb::Client::connect_with(
-            &nb,
-            options(
-                &pki.join("roam-controller.pem"),
-                &pki.join("roam-controller.key"),
-            ),
-        )
-        .await
-        .expect("roam-controller's certificate connects");
-        let dbs = roam.list_dbs().await.expect("list_dbs over TLS");
-        assert!(dbs.iter().any(|d| d == "OVN_Northbound"), "{dbs:?}");
-
-        let stranger = async {
-            let c = roam_ovsdb::Client::connect_with(
-                &nb,
-                options(&tmp.join("stranger.pem"), &tmp.join("stranger.key")),
+        for (endpoint, db) in [(&nb, "OVN_Northbound"), (&sb, "OVN_Southbound")] {
+            let roam = roam_ovsdb::Client::connect_with(
+                endpoint,
+                options(
+                    &pki.join("roam-controller.pem"),
+                    &pki.join("roam-controller.key"),
+                ),
             )
-            .await?;
-            c.list_dbs().await
-        };
-        let e = stranger
             .await
-            .expect_err("a certificate no CA of the NB's signed");
-        eprintln!("stranger refused: {e}");
+            .expect("roam-controller's certificate connects");
+            let dbs = roam.list_dbs().await.expect("list_dbs over TLS");
+            assert!(dbs.iter().any(|d| d == db), "{endpoint}: {dbs:?}");
 
-        let plain = roam_ovsdb::Client::connect_with(
-            &nb.replacen("ssl:", "tcp:", 1),
-            roam_ovsdb::ClientOptions {
-                request_timeout: Duration::from_secs(10),
-                ..Default::default()
-            },
+            let stranger = async {
+                let c = roam_ovsdb::Client::connect_with(
+                    endpoint,
+                    options(&tmp.join("stranger.pem"), &tmp.join("stranger.key")),
+                )
+                .await?;
+                c.list_dbs().await
+            };
+            let e = stranger
+                .await
+                .expect_err("a certificate no CA of the database's signed");
+            eprintln!("{endpoint}: stranger refused: {e}");
+
+            let plain = roam_ovsdb::Client::connect_with(
+                &endpoint.replacen("ssl:", "tcp:", 1),
+                roam_ovsdb::ClientOptions {
+                    request_timeout: Duration::from_secs(10),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("the port takes a TCP connection");
+            assert!(
+                plain.list_dbs().await.is_err(),
+                "{endpoint}: plain TCP gets no answer"
+            );
+        }
+
+        // node-a's chassis certificate, as node-a's ovn-controller holds it
+        let a_pki = lab.dir().join("node-a/ovs/pki");
+        let chassis_a = roam_ovsdb::Client::connect_with(
+            &sb,
+            options(&a_pki.join("chassis.pem"), &a_pki.join("chassis.key")),
         )
         .await
-        .expect("the port takes a TCP connection");
-        assert!(plain.list_dbs().await.is_err(), "plain TCP gets no answer");
+        .expect("node-a's chassis certificate connects");
+        let mark = |chassis: &str, value: &str| {
+            vec![json!({"op": "mutate", "table": "Chassis",
+                        "where": [["name", "==", chassis]],
+                        "mutations": [["external_ids", "insert",
+                                       ["map", [["roam-rbac-test", value]]]]]})]
+        };
+        let unmark = |chassis: &str| {
+            vec![json!({"op": "mutate", "table": "Chassis",
+                        "where": [["name", "==", chassis]],
+                        "mutations": [["external_ids", "delete",
+                                       ["set", ["roam-rbac-test"]]]]})]
+        };
+        let own = chassis_a
+            .transact("OVN_Southbound", mark("node-a", "own"))
+            .await
+            .expect("a chassis may change its own row");
+        assert_eq!(own[0]["count"], 1, "{own:?}");
+        chassis_a
+            .transact("OVN_Southbound", unmark("node-a"))
+            .await
+            .expect("and change it back");
+        let e = chassis_a
+            .transact("OVN_Southbound", mark("node-b", "posing"))
+            .await
+            .expect_err("node-a's certificate must not change node-b's chassis");
+        assert!(e.to_string().contains("RBAC"), "{e}");
+        eprintln!("node-a posing as node-b refused: {e}");
     });
     let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -129,7 +129,13 @@ mod tests {
             api_version: "roam.dev",
             ..vm_ref("vm1")
         };
-        for r in [not_controller, other_vm, other_group, other_kind, no_version] {
+        for r in [
+            not_controller,
+            other_vm,
+            other_group,
+            other_kind,
+            no_version,
+        ] {
             assert_eq!(owner_key("ns", "p", &vm, &[r]), "ns:p", "{r:?}");
         }
     }
@@ -137,10 +143,7 @@ mod tests {
     #[test]
     fn another_namespaces_vm_cannot_be_named() {
         let other = labelled("other/vm1");
-        assert_eq!(
-            owner_key("ns", "p", &other, &[vm_ref("other/vm1")]),
-            "ns:p"
-        );
+        assert_eq!(owner_key("ns", "p", &other, &[vm_ref("other/vm1")]), "ns:p");
         assert_eq!(owner_key("ns", "p", &labelled(""), &[vm_ref("")]), "ns:p");
     }
 

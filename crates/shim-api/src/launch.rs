@@ -1100,10 +1100,12 @@ mod tests {
     }
 
     fn nic() -> impl Strategy<Value = LaunchNic> {
-        (any::<[u8; 6]>(), "[a-z][a-z0-9._-]{0,14}", name()).prop_map(|(mac, tap, ovn_port)| LaunchNic {
-            mac: MacAddr::new(mac),
-            tap,
-            ovn_port,
+        (any::<[u8; 6]>(), "[a-z][a-z0-9._-]{0,14}", name()).prop_map(|(mac, tap, ovn_port)| {
+            LaunchNic {
+                mac: MacAddr::new(mac),
+                tap,
+                ovn_port,
+            }
         })
     }
 

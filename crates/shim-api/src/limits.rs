@@ -102,9 +102,7 @@ pub fn ovn_port_problem(port: &str) -> Option<String> {
             .chars()
             .any(|c| c == '/' || c == ',' || c.is_whitespace() || c.is_control());
     (!ok).then(|| {
-        format!(
-            "OVN port {port:?}: use 1-{MAX_OVN_PORT} bytes without '/', ',' or whitespace"
-        )
+        format!("OVN port {port:?}: use 1-{MAX_OVN_PORT} bytes without '/', ',' or whitespace")
     })
 }
 
@@ -147,7 +145,17 @@ mod tests {
         for ok in ["rm1a2b3c4d5e6f7", "tap0", "a.b-c_d"] {
             assert_eq!(tap_name_problem(ok), None, "{ok}");
         }
-        for bad in ["", ".", "..", "a/b", "a:b", "a,b", "a b", "tap0 ", "0123456789abcdef"] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "a:b",
+            "a,b",
+            "a b",
+            "tap0 ",
+            "0123456789abcdef",
+        ] {
             assert!(tap_name_problem(bad).is_some(), "{bad:?}");
         }
         for ok in ["ns_vm-eth0", "demo-eth0.node-a", "vlan-port"] {
