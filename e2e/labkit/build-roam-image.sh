@@ -3,8 +3,8 @@
 # build-images.sh builds the launcher: single-layer OCI archives of release binaries built now
 # from this checkout, with the shared libraries they link.
 #   usage: e2e/labkit/build-roam-image.sh controller|cni [IMAGE] [OUT.tar]
-#   controller  roam-controller and an /etc/passwd with the Deployment's non-root user (65532),
-#               nothing else (deploy/controller/Containerfile). IMAGE defaults to
+#   controller  roam-controller, roam-node (the node agent) and an /etc/passwd with the
+#               Deployment's non-root user (65532), nothing else (deploy/controller/Containerfile). IMAGE defaults to
 #               roam/roam-controller:dev, OUT.tar to $ROAM_CACHE/controller-image/roam-controller.tar.
 #   cni         the roam-cni DaemonSet's installer (deploy/cni/Containerfile): roam-cni and
 #               deploy/cni/install.sh as /usr/local/bin/roam-cni-install, on busybox (the
@@ -54,12 +54,15 @@ with_libs() {
 
 case $KIND in
   controller)
-    (cd "$REPO" && cargo build --locked -q --release -p roam-migrator --bin roam-controller)
+    (cd "$REPO" && cargo build --locked -q --release -p roam-migrator --bin roam-controller -p roam-node)
     with_libs "$TARGET/roam-controller"
+    with_libs "$TARGET/roam-node"
     printf 'root:x:0:0:root:/:/bin/false\nnonroot:x:65532:65532:nonroot:/:/bin/false\n' > "$R/etc/passwd"
     printf 'root:x:0:\nnonroot:x:65532:\n' > "$R/etc/group"
     version=$(chroot "$R" /usr/local/bin/roam-controller --version) \
       || { echo "roam-controller does not run inside the image's root filesystem" >&2; exit 1; }
+    chroot "$R" /usr/local/bin/roam-node --version >/dev/null \
+      || { echo "roam-node does not run inside the image's root filesystem" >&2; exit 1; }
     CONFIG='{"Entrypoint":["/usr/local/bin/roam-controller"],"User":"65532:65532"}'
     ;;
   cni)

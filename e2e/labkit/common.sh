@@ -44,7 +44,7 @@ SB_TCP_PORT=${ROAM_SB_TCP_PORT:-16642}
 # node's private mount namespace (the host's are never written). No node has a libvirt of its
 # own: libvirt and QEMU run in roam's launcher pods.
 NODE_BIND_PATHS="/run /var/lib/kubelet /var/log/pods /var/log/containers /var/lib/containerd /var/lib/cni /etc/cni/net.d /opt/cni \
-/etc/kubernetes /var/log/roam"
+/etc/kubernetes /var/log/roam /var/lib/roam"
 bind_src() { echo "$(node_dir "$1")/fs$(echo "$2" | tr / _)"; }
 # What a node must not see, as one host cannot see another's disk: the other nodes' trees,
 # OVN central's and the control plane's (its PKI holds the cluster CA's key). Each node's

@@ -28,9 +28,9 @@ roam_build() {
     (cd "$E2E/.." && find crates -type f -name '*.rs' -exec touch {} +)
   fi
   (cd "$E2E/.." && export PATH="$HOME/.cargo/bin:$PATH" CARGO_TARGET_DIR="$ROAM_RELEASE_TARGET" \
-    && cargo build --locked -q --release -p roam-migrator --bin roam-controller -p roam-cni --bin roam-cni)
+    && cargo build --locked -q --release -p roam-migrator --bin roam-controller -p roam-node -p roam-cni --bin roam-cni)
   mkdir -p "$ROAM_RELEASE_TARGET" && echo "$src" > "$ROAM_RELEASE_TARGET/roam-sources.stamp"
-  stamp=$(sha256sum "$ROAM_RELEASE_TARGET/release/roam-controller" | cut -c1-16)
+  stamp=$(cat "$ROAM_RELEASE_TARGET/release/roam-controller" "$ROAM_RELEASE_TARGET/release/roam-node" | sha256sum | cut -c1-16)
   if [ "$(cat "$ROAM_IMAGES/controller.stamp" 2>/dev/null)" != "$stamp" ] || [ ! -f "$ROAM_IMAGES/controller.tar" ]; then
     CARGO_TARGET_DIR=$ROAM_RELEASE_TARGET bash "$LABKIT/build-roam-image.sh" controller "$ROAM_CONTROLLER_IMAGE" "$ROAM_IMAGES/controller.tar" >/dev/null
     echo "$stamp" > "$ROAM_IMAGES/controller.stamp"
@@ -86,12 +86,21 @@ roam_cni_ready() {
   [ "${counts%%/*}" = "$(echo $NODES | wc -w)" ] && [ "$counts" = "${counts%%/*}/${counts%%/*}/${counts%%/*}" ]
 }
 
+# roam-node's DaemonSet: a pod on every lab node, all ready (the node's certificate is on
+# disk and valid).
+roam_node_ready() {
+  local counts
+  counts=$(kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system get ds roam-node \
+    -o jsonpath='{.status.desiredNumberScheduled}/{.status.numberReady}/{.status.updatedNumberScheduled}' 2>/dev/null) || return 1
+  [ "${counts%%/*}" = "$(echo $NODES | wc -w)" ] && [ "$counts" = "${counts%%/*}/${counts%%/*}/${counts%%/*}" ]
+}
+
 roam_ready() {
   local counts
   counts=$(kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system get deploy roam-controller \
     -o jsonpath='{.spec.replicas}/{.status.readyReplicas}' 2>/dev/null) || return 1
   [ "${counts%/*}" -gt 0 ] 2>/dev/null && [ "${counts%/*}" = "${counts#*/}" ] && roam_leader >/dev/null \
-    && roam_cni_ready
+    && roam_cni_ready && roam_node_ready
 }
 
 # Every node Ready (its CNI installed), and schedulable: the lab runs no node lifecycle
@@ -128,6 +137,7 @@ roam_up() {
   # an image of the same name that changed under a running installation: roll it
   if [ -n "$had_deploy" ] && echo "$changed" | grep -qx controller; then
     kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system rollout restart deploy/roam-controller >/dev/null
+    kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system rollout restart ds/roam-node >/dev/null 2>&1 || true
   fi
   if [ -n "$had_ds" ] && echo "$changed" | grep -qx cni; then
     kubectl --kubeconfig "$KUBECONFIG_PATH" -n kube-system rollout restart ds/roam-cni >/dev/null
@@ -138,16 +148,17 @@ roam_up() {
   if ! timeout 180 kubectl --kubeconfig "$KUBECONFIG_PATH" -n kube-system rollout status ds/roam-cni >/dev/null \
     || ! roam_nodes_ready \
     || ! timeout 180 kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system rollout status deploy/roam-controller >/dev/null \
-    || ! wait_for 60 "roam-controller holds its Lease, roam-cni ready on every node" /dev/null roam_ready; then
+    || ! timeout 180 kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system rollout status ds/roam-node >/dev/null \
+    || ! wait_for 60 "roam-controller holds its Lease, roam-cni and roam-node ready on every node" /dev/null roam_ready; then
     roam_explain >&2
     return 1
   fi
-  log "roam installed (e2e/deploy/lab): roam-controller leader $(roam_leader), roam-cni on $(echo $NODES | wc -w) nodes, ready in $(elapsed "$t0") s"
+  log "roam installed (e2e/deploy/lab): roam-controller leader $(roam_leader), roam-cni and roam-node on $(echo $NODES | wc -w) nodes, ready in $(elapsed "$t0") s"
 }
 
 # What the installation's pods say when it is not ready.
 roam_explain() {
-  kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system get deploy,pods -o wide 2>&1
+  kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system get deploy,ds,pods -o wide 2>&1
   kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system describe pods 2>&1 | tail -30
   kubectl --kubeconfig "$KUBECONFIG_PATH" -n kube-system get ds,pods -l app.kubernetes.io/name=roam-cni -o wide 2>&1
   local p
@@ -163,7 +174,7 @@ roam_explain() {
 
 roam_status() {
   if roam_ready 2>/dev/null; then
-    echo "roam: installed, roam-controller leader $(roam_leader), roam-cni ready on every node"
+    echo "roam: installed, roam-controller leader $(roam_leader), roam-cni and roam-node ready on every node"
   else
     echo "roam: NOT READY (e2e/lab up installs it)"; return 1
   fi

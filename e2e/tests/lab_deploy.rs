@@ -346,3 +346,200 @@ fn ovn_takes_the_node_network_only_over_tls() {
     });
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// A CertificateSigningRequest for signer roam.dev/node asking for `CN=cn`, filed with
+/// `kubeconfig` (a node's credential, or the admin's); its name.
+fn file_node_csr(lab: &Lab, kubeconfig: &Path, prefix: &str, cn: &str) -> String {
+    let key = roam_pki::new_key().unwrap();
+    let request = roam_pki::node_request(&key, cn).unwrap();
+    let b64 = {
+        let out = std::process::Command::new("base64")
+            .arg("-w0")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin.take().unwrap().write_all(request.as_bytes())?;
+                c.wait_with_output()
+            })
+            .expect("base64");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let name = format!("{prefix}-{}", std::process::id());
+    let manifest = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {"request": b64, "signerName": "roam.dev/node",
+                 "usages": ["digital signature", "key encipherment", "server auth", "client auth"]}});
+    let file = lab.dir().join(format!("{name}.json"));
+    std::fs::write(&file, manifest.to_string()).unwrap();
+    let out = std::process::Command::new(lab.kubectl())
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("create")
+        .arg("-f")
+        .arg(&file)
+        .output()
+        .expect("run kubectl");
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    name
+}
+
+/// The (type, reason, message) of a CSR's first Denied or Failed condition, once it has one.
+fn refused_csr(lab: &Lab, name: &str) -> (String, String, String) {
+    wait_until_else(
+        LONG,
+        &format!("the signer answers {name}"),
+        || {
+            let v: serde_json::Value =
+                serde_json::from_str(&try_kubectl(lab, &["get", "csr", name, "-o", "json"]).ok()?)
+                    .ok()?;
+            assert!(
+                v["status"]["certificate"].is_null(),
+                "{name} must get no certificate: {v}"
+            );
+            v["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "Denied" || c["type"] == "Failed")
+                .map(|c| {
+                    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+                    (s("type"), s("reason"), s("message"))
+                })
+        },
+        || try_kubectl(lab, &["get", "csr", name, "-o", "yaml"]).unwrap_or_else(|e| e),
+    )
+}
+
+/// Every node has a roam CA certificate naming it (and its address), for a key that stayed
+/// on the node, asked for by roam-node (unprivileged: no capability, no ServiceAccount
+/// token) with the node's credential; a node asking for another node's name, or anyone
+/// who is not a node, is Denied; a node whose certificate is gone gets a new one for the
+/// same key.
+#[test]
+fn every_node_has_a_roam_certificate_for_itself_only() {
+    let lab = Lab::get();
+    let ca = kubectl(
+        &lab,
+        &[
+            "-n",
+            "roam-system",
+            "get",
+            "configmap",
+            "roam-ca",
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ],
+    );
+    assert!(roam_pki::cert_info(&ca).unwrap().is_ca, "{ca}");
+    let secret = kubectl(
+        &lab,
+        &[
+            "-n",
+            "roam-system",
+            "get",
+            "secret",
+            "roam-ca",
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ],
+    );
+    assert!(!secret.is_empty(), "the CA's Secret holds its certificate");
+    let pki = |node: &str, file: &str| lab.node_path(node, &format!("/var/lib/roam/pki/{file}"));
+    let read = |node: &str, file: &str| std::fs::read_to_string(pki(node, file)).ok();
+    for node in lab.nodes() {
+        let cert = wait_until_else(
+            LONG,
+            &format!("{node}'s certificate"),
+            || read(&node, "node.crt"),
+            || {
+                kubectl(
+                    &lab,
+                    &["-n", "roam-system", "logs", "ds/roam-node", "--tail=20"],
+                )
+            },
+        );
+        let key = read(&node, "node.key").expect("the node's key");
+        let info = roam_pki::cert_info(&cert).unwrap();
+        assert_eq!(info.common_name.as_deref(), Some(node.as_str()));
+        assert_eq!(info.dns_names, std::slice::from_ref(&node));
+        let ip: std::net::IpAddr = lab.node(&node).ip.parse().unwrap();
+        assert!(info.ips.contains(&ip), "{node}: {:?}", info.ips);
+        assert!(roam_pki::signed_by(&cert, &ca), "{node}: not the roam CA's");
+        assert!(roam_pki::key_matches(&cert, &key));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(pki(&node, "node.key"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(
+            mode & 0o077,
+            0,
+            "{node}: the key is the owner's only ({mode:o})"
+        );
+    }
+    // roam-node as installed: no privilege, no capability, no ServiceAccount token
+    let ds: serde_json::Value = serde_json::from_str(&kubectl(
+        &lab,
+        &["-n", "roam-system", "get", "ds", "roam-node", "-o", "json"],
+    ))
+    .unwrap();
+    let spec = &ds["spec"]["template"]["spec"];
+    assert_eq!(spec["automountServiceAccountToken"], false);
+    let sc = &spec["containers"][0]["securityContext"];
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]), "{sc}");
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "{sc}");
+    assert!(
+        sc["privileged"].is_null() || sc["privileged"] == false,
+        "{sc}"
+    );
+
+    // node-a's own credential asking for node-b's name
+    let node_a = lab.dir().join("kube/node-a.kubeconfig");
+    let posing = file_node_csr(&lab, &node_a, "roam-test-posing", "node-b");
+    let (kind, reason, message) = refused_csr(&lab, &posing);
+    assert_eq!(
+        (kind.as_str(), reason.as_str()),
+        ("Denied", "NotItsOwnName"),
+        "{message}"
+    );
+    assert!(
+        message.contains("node node-a asked for [CN=node-b]"),
+        "{message}"
+    );
+    // someone who is not a node (the admin)
+    let admin = std::path::PathBuf::from(lab.kubeconfig());
+    let stranger = file_node_csr(&lab, &admin, "roam-test-stranger", "node-a");
+    let (kind, reason, _) = refused_csr(&lab, &stranger);
+    assert_eq!((kind.as_str(), reason.as_str()), ("Denied", "NotANode"));
+    for csr in [&posing, &stranger] {
+        let _ = try_kubectl(&lab, &["delete", "csr", csr]);
+    }
+
+    // renewal: node-a's certificate gone, a new one for the same key
+    let before = read("node-a", "node.crt").unwrap();
+    let key = read("node-a", "node.key").unwrap();
+    std::fs::remove_file(pki("node-a", "node.crt")).unwrap();
+    let after = wait_until_else(
+        Duration::from_secs(120),
+        "node-a's certificate renewed",
+        || read("node-a", "node.crt"),
+        || {
+            kubectl(
+                &lab,
+                &["-n", "roam-system", "logs", "ds/roam-node", "--tail=20"],
+            )
+        },
+    );
+    assert_ne!(after, before, "a new certificate (a new serial)");
+    assert!(
+        roam_pki::key_matches(&after, &key),
+        "for the key the node kept"
+    );
+    assert!(roam_pki::signed_by(&after, &ca));
+}

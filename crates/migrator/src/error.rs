@@ -188,6 +188,9 @@ pub enum Error {
     /// A controller task ended (a bug: they run forever).
     #[error("a controller stopped unexpectedly: {0}")]
     Stopped(String),
+    /// The roam CA or a node certificate could not be made or read.
+    #[error("roam PKI: {0}")]
+    Pki(String),
     /// Another writer changed the object first (resourceVersion precondition, or the name
     /// lock on an IP): decide again on fresh data.
     #[error("conflict on {0}: another writer was first; retrying on fresh data")]
@@ -220,6 +223,7 @@ impl Error {
             Error::Kube(_) => "KubernetesApiError",
             Error::Conflict(_) => "Conflict",
             Error::Stopped(_) => "Stopped",
+            Error::Pki(_) => "PkiError",
             Error::HeldElsewhere { .. } => "HeldElsewhere",
             Error::InvalidVm { .. } => "InvalidVirtualMachine",
             Error::Shim { .. } => "ShimError",
@@ -250,6 +254,7 @@ impl Error {
             | Error::Kube(_)
             | Error::HeldElsewhere { .. }
             | Error::Stopped(_)
+            | Error::Pki(_)
             | Error::Conflict(_) => false,
         }
     }

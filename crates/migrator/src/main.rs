@@ -15,7 +15,12 @@
 //!                 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI]
 //!                 [--peer-libvirt-uri TEMPLATE({node},{ip},{port})] [--vm-log-dir DIR]
 //!                 [--launcher-priority-class NAME]
+//!                 [--pki-namespace NS [--node-cert-validity-minutes N]]
 //! ```
+//!
+//! With `--pki-namespace` (the installation sets `roam-system`) this controller is roam's
+//! node-certificate signer: it keeps the roam CA in that namespace (Secret and ConfigMap
+//! `roam-ca`, made on the first start) and signs the certificates nodes ask for.
 //!
 //! Every flag also reads an environment variable (`ROAM_` + the flag in upper snake case,
 //! e.g. `ROAM_NB`); `KUBECONFIG` too. Without a kubeconfig the in-cluster configuration is
@@ -51,6 +56,7 @@ struct Flags {
     peer_libvirt_uri: String,
     vm_log_dir: String,
     launcher_priority_class: Option<String>,
+    pki: Option<controller::certs::PkiConfig>,
 }
 
 const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] [--sb ENDPOINT] \
@@ -58,7 +64,8 @@ const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] 
 [--leader-elect true|false] [--lease-namespace NS] [--lease-name NAME] [--identity ID] \
 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--namespace-selector LABELS] [--event-namespace NS] [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS] \
 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI] \
-[--peer-libvirt-uri TEMPLATE({node},{ip},{port})] [--vm-log-dir DIR] [--launcher-priority-class NAME] | --version";
+[--peer-libvirt-uri TEMPLATE({node},{ip},{port})] [--vm-log-dir DIR] [--launcher-priority-class NAME] \
+[--pki-namespace NS [--node-cert-validity-minutes N]] | --version";
 
 fn env(flag: &str) -> Option<String> {
     std::env::var(format!("ROAM_{}", flag.replace('-', "_").to_uppercase()))
@@ -119,6 +126,8 @@ fn parse() -> anyhow::Result<Flags> {
         "peer-libvirt-uri",
         "vm-log-dir",
         "launcher-priority-class",
+        "pki-namespace",
+        "node-cert-validity-minutes",
     ];
     if let Some(k) = given.keys().find(|k| !known.contains(&k.as_str())) {
         bail!("unknown flag --{k}\n{USAGE}");
@@ -193,6 +202,27 @@ fn parse() -> anyhow::Result<Flags> {
         },
         vm_log_dir: get("vm-log-dir").unwrap_or_else(|| "/var/log/roam/vms".into()),
         launcher_priority_class: get("launcher-priority-class"),
+        pki: match get("pki-namespace") {
+            None => {
+                anyhow::ensure!(
+                    get("node-cert-validity-minutes").is_none(),
+                    "--node-cert-validity-minutes is for the node-certificate signer: give --pki-namespace too"
+                );
+                None
+            }
+            Some(namespace) => {
+                let minutes = num("node-cert-validity-minutes", 24 * 60)?;
+                anyhow::ensure!(
+                    (10..=366 * 24 * 60).contains(&minutes),
+                    "--node-cert-validity-minutes {minutes}: give 10 minutes to a year (nodes renew after two thirds)"
+                );
+                Some(controller::certs::PkiConfig {
+                    namespace,
+                    node_validity: Duration::from_secs(minutes * 60),
+                    ca_validity: Duration::from_secs(10 * 365 * 24 * 3600),
+                })
+            }
+        },
     })
 }
 
@@ -306,6 +336,7 @@ async fn main() -> anyhow::Result<()> {
             vm_log_dir: flags.vm_log_dir.clone(),
             priority_class: flags.launcher_priority_class.clone(),
         },
+        pki: flags.pki.clone(),
     };
     tracing::info!(identity = %flags.identity, nb = %flags.nb, leader_elect = flags.leader_elect, "roam-controller starting");
     if !flags.leader_elect {

@@ -468,6 +468,7 @@ pub(super) fn config() -> Config {
             vm_log_dir: "/var/log/roam".into(),
             priority_class: None,
         },
+        pki: None,
     }
 }
 

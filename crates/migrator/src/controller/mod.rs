@@ -13,11 +13,14 @@
 //! - the VM controller ([`vms`]) gives a VirtualMachine its Addresses and OVN ports, then its
 //!   launcher pod, and reports the VM's phase;
 //! - the migration controller ([`migrations`]) drives a VirtualMachineMigration through
-//!   [`crate::core::migration::step`].
+//!   [`crate::core::migration::step`];
+//! - the node-certificate signer ([`certs`], with `--pki-namespace`) keeps the roam CA and
+//!   signs the certificates nodes ask for with their own credential.
 //!
 //! A failed reconcile is retried per object with backoff ([`retry`]). The tests in `tests/`
 //! run the reconcilers against the mock API server of `fixtures.rs`.
 
+pub mod certs;
 #[cfg(test)]
 mod fixtures;
 pub mod health;
@@ -88,6 +91,8 @@ pub struct Config {
     pub event_namespace: String,
     /// Launcher pods (VM controller).
     pub vm: crate::core::launcher::VmConfig,
+    /// The node-certificate signer and the roam CA, when this controller is roam's signer.
+    pub pki: Option<certs::PkiConfig>,
 }
 
 /// Wakes a controller's loop.
@@ -449,6 +454,9 @@ pub async fn run(
     tasks.spawn(pods::run(ctx.clone()));
     tasks.spawn(vms::run(ctx.clone()));
     tasks.spawn(migrations::run(ctx.clone()));
+    if let Some(pki) = ctx.config.pki.clone() {
+        tasks.spawn(certs::run(ctx.clone(), pki));
+    }
     tokio::select! {
         _ = stop => Ok(()),
         r = tasks.join_next() => Err(crate::Error::Stopped(format!("{r:?}"))),
