@@ -65,7 +65,7 @@ async fn serve(ctx: &Context, pki: &PkiConfig) -> Result<()> {
 }
 
 /// The roam CA from its Secret, made (Secret and ConfigMap) if there is none.
-async fn ensure_ca(client: &kube::Client, pki: &PkiConfig) -> Result<Ca> {
+pub(super) async fn ensure_ca(client: &kube::Client, pki: &PkiConfig) -> Result<Ca> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &pki.namespace);
     let ca = match secrets.get_opt(CA_NAME).await? {
         Some(s) => from_secret(&s, &pki.namespace)?,
@@ -149,7 +149,7 @@ fn has_condition(csr: &CertificateSigningRequest, kind: &str) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == kind && c.status == "True"))
 }
 
-async fn answer(
+pub(super) async fn answer(
     ctx: &Context,
     api: &Api<CertificateSigningRequest>,
     ca: &Ca,

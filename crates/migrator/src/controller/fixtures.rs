@@ -216,6 +216,17 @@ impl ServerState {
             },
             Method::POST => {
                 let mut obj = body.clone();
+                // a Secret's stringData is stored as data, base64, as the API server does
+                if let Some(Value::Object(strings)) =
+                    obj.as_object_mut().and_then(|o| o.remove("stringData"))
+                {
+                    for (k, v) in strings {
+                        let bytes = k8s_openapi::ByteString(
+                            v.as_str().unwrap_or_default().as_bytes().to_vec(),
+                        );
+                        obj["data"][k] = serde_json::to_value(bytes).expect("base64");
+                    }
+                }
                 let p = object_path(&obj);
                 if self.objects.contains_key(&p) {
                     return (409, status(409, &format!("{p} already exists")));
@@ -239,7 +250,10 @@ impl ServerState {
                 (200, obj)
             }
             Method::PATCH => {
-                let key = path.trim_end_matches("/status");
+                // a subresource (status, a CSR's approval) patches its object
+                let key = path
+                    .trim_end_matches("/status")
+                    .trim_end_matches("/approval");
                 let Some(mut obj) = self.objects.get(key).cloned() else {
                     return (404, status(404, &format!("{key} not found")));
                 };

@@ -1,6 +1,7 @@
 //! The controllers' requests, checked against the mock API server of [`super::fixtures`]:
 //! builders of the test objects here, one module per controller.
 
+mod certs;
 mod migrations;
 mod networks;
 mod pods;
