@@ -190,6 +190,8 @@ fn main() {
             auto_converge: false,
             post_copy: false,
             timeout_s: Some(120),
+            target_node: None,
+            target_address: None,
         };
         let job = rt.block_on(src.migrate(&req)).expect("migrate");
         // poll the job's state quickly so the wall time is the API's, not the poll's

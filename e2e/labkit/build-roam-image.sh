@@ -54,7 +54,7 @@ with_libs() {
 
 case $KIND in
   controller)
-    (cd "$REPO" && cargo build --locked -q --release -p roam-migrator --bin roam-controller -p roam-node)
+    (cd "$REPO" && cargo build --locked -q --release -p roam-migrator --bin roam-controller -p roam-node --bin roam-node)
     with_libs "$TARGET/roam-controller"
     with_libs "$TARGET/roam-node"
     printf 'root:x:0:0:root:/:/bin/false\nnonroot:x:65532:65532:nonroot:/:/bin/false\n' > "$R/etc/passwd"

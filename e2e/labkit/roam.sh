@@ -28,7 +28,7 @@ roam_build() {
     (cd "$E2E/.." && find crates -type f -name '*.rs' -exec touch {} +)
   fi
   (cd "$E2E/.." && export PATH="$HOME/.cargo/bin:$PATH" CARGO_TARGET_DIR="$ROAM_RELEASE_TARGET" \
-    && cargo build --locked -q --release -p roam-migrator --bin roam-controller -p roam-node -p roam-cni --bin roam-cni)
+    && cargo build --locked -q --release -p roam-migrator --bin roam-controller -p roam-node --bin roam-node -p roam-cni --bin roam-cni)
   mkdir -p "$ROAM_RELEASE_TARGET" && echo "$src" > "$ROAM_RELEASE_TARGET/roam-sources.stamp"
   stamp=$(cat "$ROAM_RELEASE_TARGET/release/roam-controller" "$ROAM_RELEASE_TARGET/release/roam-node" | sha256sum | cut -c1-16)
   if [ "$(cat "$ROAM_IMAGES/controller.stamp" 2>/dev/null)" != "$stamp" ] || [ ! -f "$ROAM_IMAGES/controller.tar" ]; then

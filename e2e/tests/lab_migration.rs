@@ -17,7 +17,12 @@
 //! the lab's 1500-byte node link — 1400-byte pings with DF set and a 4 MiB TCP echo pass, a
 //! 1500-byte ping does not.
 //! After each migration no process of either node uses another node's paths (the source's
-//! libvirtd reaches the target's at `qemu+tcp://<node IP>/system`, the controller's default).
+//! libvirtd reaches the target's at `qemu+tls://<node IP>:<port>/system`, as installed).
+//! The migration is encrypted and authenticated with the nodes' roam certificates: a capture
+//! of the node link during the first one holds a control string sent in clear between the
+//! nodes but not a marker the guest holds in memory (on its kernel command line); the
+//! launcher's libvirtd refuses plain TCP and a client whose certificate another CA signed,
+//! and takes one with node-a's certificate.
 
 mod migration_fixture;
 
@@ -55,7 +60,10 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
         let m = if to == "node-a" {
             migrate_with_plugin(&lab, to)
         } else {
-            migrate(&lab, to)
+            let capture = Capture::start(&lab);
+            let m = migrate(&lab, to);
+            capture.check();
+            m
         };
         let st = &m["status"];
         assert_eq!(st["phase"], "Succeeded", "{m}\n{}", ctl.log_tail(60));
@@ -161,6 +169,9 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
             "{from} → {to}: downtime {} ms, switchover {} ms, stream {out}",
             st["downtimeMs"], st["switchoverMs"]
         );
+        if to == "node-b" {
+            libvirt_takes_only_roam_certificates(&lab, &v);
+        }
     }
 
     // bad requests: refused with the reason, the VM untouched (on node-a)
@@ -470,4 +481,196 @@ fn migrate_with_plugin(lab: &Lab, to: &str) -> serde_json::Value {
             )
         })
         .expect("the plugin's migration")
+}
+
+/// tcpdump on the lab's node link (`roam-br0`) for TCP between node-a and node-b, from
+/// before a migration to after it, with a control string sent in clear between the nodes
+/// while it runs.
+struct Capture {
+    child: std::process::Child,
+    file: std::path::PathBuf,
+    control: String,
+}
+
+impl Capture {
+    fn start(lab: &Lab) -> Capture {
+        use std::io::BufRead;
+        let (a, b) = (lab.node("node-a").ip, lab.node("node-b").ip);
+        let file = lab
+            .dir()
+            .join(format!("migration-{}.pcap", std::process::id()));
+        let mut child = std::process::Command::new("tcpdump")
+            .args(["-i", "roam-br0", "-U", "-s", "0", "-w"])
+            .arg(&file)
+            .arg(format!("tcp and host {a} and host {b}"))
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run tcpdump");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = std::time::Instant::now() + LONG;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) if l.contains("listening on") => break,
+                Ok(_) => {}
+                Err(e) => panic!("tcpdump did not start capturing: {e}"),
+            }
+        }
+        // the control: a string in clear from node-a to node-b, which the capture must hold
+        let control = format!("roam-capture-control-{}", std::process::id());
+        let mut listener = roam_e2e::node_command(lab, "node-b", "busybox")
+            .args(["nc", "-l", "-p", "17999"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("a listener on node-b");
+        wait_until(
+            LONG,
+            "the control string sent from node-a to node-b",
+            || {
+                roam_e2e::node_command(lab, "node-a", "sh")
+                    .args(["-c", &format!("echo {control} | busybox nc -w 2 {b} 17999")])
+                    .status()
+                    .ok()?
+                    .success()
+                    .then_some(())
+            },
+        );
+        let _ = listener.kill();
+        let _ = listener.wait();
+        Capture {
+            child,
+            file,
+            control,
+        }
+    }
+
+    /// Stop the capture: it holds the control string and more than a MiB (the migration's
+    /// streams), but not the guest's marker.
+    fn check(mut self) {
+        let pid = self.child.id().to_string();
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status();
+        let _ = self.child.wait();
+        let bytes = std::fs::read(&self.file).expect("the capture");
+        let _ = std::fs::remove_file(&self.file);
+        let holds = |s: &str| bytes.windows(s.len()).any(|w| w == s.as_bytes());
+        assert!(
+            holds(&self.control),
+            "the capture must see the node link in clear (the control string)"
+        );
+        assert!(
+            bytes.len() > 1 << 20,
+            "the capture holds the migration's streams: only {} bytes",
+            bytes.len()
+        );
+        assert!(
+            !holds(GUEST_MARKER),
+            "the guest's marker crossed the node link in clear ({} bytes captured)",
+            bytes.len()
+        );
+        eprintln!(
+            "capture of the migration on the node link: {} bytes, the control string in clear, no guest marker",
+            bytes.len()
+        );
+    }
+}
+
+/// The launcher's libvirtd on the target node (`status` is the VM's) takes TLS with a roam
+/// CA certificate only: plain TCP and a certificate of another CA are refused, node-a's own
+/// certificate is taken.
+fn libvirt_takes_only_roam_certificates(lab: &Lab, status: &serde_json::Value) {
+    let node = status["node"].as_str().unwrap();
+    let ip = lab.node(node).ip;
+    let shim_port = status["shimPort"].as_u64().expect("the shim's port") as u16;
+    let port = roam_migrator::core::launcher::libvirt_port((17100, 17199), shim_port)
+        .expect("the launcher's libvirt port");
+    let virsh = |uri: &str| {
+        std::process::Command::new("timeout")
+            .args(["30", "virsh", "-c", uri, "list", "--all"])
+            .output()
+            .expect("run virsh")
+    };
+    let plain = virsh(&format!("qemu+tcp://{ip}:{port}/system"));
+    assert!(!plain.status.success(), "plain TCP must be refused");
+
+    let ca = kubectl(
+        lab,
+        &[
+            "-n",
+            "roam-system",
+            "get",
+            "configmap",
+            "roam-ca",
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ],
+    );
+    let dir = lab.dir().join(format!("virsh-pki-{}", std::process::id()));
+    let pki = |name: &str, key: &str, cert: &str| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("cacert.pem"), &ca).unwrap();
+        std::fs::write(d.join("clientkey.pem"), key).unwrap();
+        std::fs::write(d.join("clientcert.pem"), cert).unwrap();
+        format!("qemu+tls://{ip}:{port}/system?pkipath={}", d.display())
+    };
+    // a certificate for "node-a" that another CA signed
+    let other =
+        roam_pki::Ca::generate(std::time::SystemTime::now(), Duration::from_secs(3600)).unwrap();
+    let key = roam_pki::new_key().unwrap();
+    let request = roam_pki::node_request(&key, "node-a").unwrap();
+    let groups = vec!["system:nodes".to_string()];
+    let (csr, facts) = roam_pki::review(
+        request.as_bytes(),
+        roam_pki::Requester {
+            username: "system:node:node-a",
+            groups: &groups,
+        },
+        |n| {
+            Some(roam_pki::NodeFacts {
+                name: n.into(),
+                addresses: vec![],
+            })
+        },
+    )
+    .unwrap();
+    let foreign = other
+        .issue(
+            &csr,
+            &facts,
+            std::time::SystemTime::now(),
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+    let stranger = virsh(&pki("stranger", &key, &foreign));
+    assert!(
+        !stranger.status.success(),
+        "a certificate of another CA must be refused"
+    );
+    eprintln!(
+        "libvirtd refused a stranger: {}",
+        String::from_utf8_lossy(&stranger.stderr).trim()
+    );
+    // node-a's own identity, as its roam-node keeps it
+    let file = |f: &str| {
+        std::fs::read_to_string(lab.node_path("node-a", &format!("/var/lib/roam/pki/{f}")))
+            .expect("node-a's identity")
+    };
+    let ok = virsh(&pki("node-a", &file("node.key"), &file("node.crt")));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        ok.status.success(),
+        "node-a's certificate must be taken: {}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
 }

@@ -121,6 +121,8 @@ fn migrate_req(target: &ShimProcess, token: &str) -> MigrateRequest {
         auto_converge: false,
         post_copy: false,
         timeout_s: Some(120),
+        target_node: None,
+        target_address: None,
     }
 }
 

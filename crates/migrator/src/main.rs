@@ -14,7 +14,7 @@
 //!                 [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS]
 //!                 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI]
 //!                 [--peer-libvirt-uri TEMPLATE({node},{ip},{port})] [--vm-log-dir DIR]
-//!                 [--launcher-priority-class NAME]
+//!                 [--launcher-priority-class NAME] [--node-pki-dir DIR]
 //!                 [--pki-namespace NS [--node-cert-validity-minutes N]]
 //! ```
 //!
@@ -56,6 +56,7 @@ struct Flags {
     peer_libvirt_uri: String,
     vm_log_dir: String,
     launcher_priority_class: Option<String>,
+    node_pki_dir: Option<String>,
     pki: Option<controller::certs::PkiConfig>,
 }
 
@@ -65,7 +66,12 @@ const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] 
 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--namespace-selector LABELS] [--event-namespace NS] [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS] \
 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI] \
 [--peer-libvirt-uri TEMPLATE({node},{ip},{port})] [--vm-log-dir DIR] [--launcher-priority-class NAME] \
-[--pki-namespace NS [--node-cert-validity-minutes N]] | --version";
+[--node-pki-dir DIR] [--pki-namespace NS [--node-cert-validity-minutes N]] | --version";
+
+/// The peer URI with the nodes' certificates: libvirt's client finds the node's certificate,
+/// key and the roam CA under `pkipath` (roam-shim libvirtd links them there), and checks the
+/// target's certificate against `{ip}`.
+const TLS_PEER_URI: &str = "qemu+tls://{ip}:{port}/system?pkipath=/run/libvirt/pki/libvirt";
 
 fn env(flag: &str) -> Option<String> {
     std::env::var(format!("ROAM_{}", flag.replace('-', "_").to_uppercase()))
@@ -128,6 +134,7 @@ fn parse() -> anyhow::Result<Flags> {
         "launcher-priority-class",
         "pki-namespace",
         "node-cert-validity-minutes",
+        "node-pki-dir",
     ];
     if let Some(k) = given.keys().find(|k| !known.contains(&k.as_str())) {
         bail!("unknown flag --{k}\n{USAGE}");
@@ -191,8 +198,19 @@ fn parse() -> anyhow::Result<Flags> {
             r
         },
         peer_libvirt_uri: {
-            let v =
-                get("peer-libvirt-uri").unwrap_or_else(|| "qemu+tcp://{ip}:{port}/system".into());
+            let tls = get("node-pki-dir").is_some();
+            let v = get("peer-libvirt-uri").unwrap_or_else(|| match tls {
+                true => TLS_PEER_URI.into(),
+                false => "qemu+tcp://{ip}:{port}/system".into(),
+            });
+            // the launchers' libvirtd listens with TLS only when it has the node's
+            // certificates, and plain TCP only without
+            anyhow::ensure!(
+                tls == v.starts_with("qemu+tls://"),
+                "--peer-libvirt-uri {v:?} and --node-pki-dir go together: with the nodes' \
+                 certificates the launchers' libvirtd takes TLS only (e.g. {TLS_PEER_URI}), without \
+                 them plain TCP (qemu+tcp://{{ip}}:{{port}}/system)"
+            );
             // each launcher's libvirtd listens on a port of its own
             anyhow::ensure!(
                 v.contains("{port}"),
@@ -202,6 +220,10 @@ fn parse() -> anyhow::Result<Flags> {
         },
         vm_log_dir: get("vm-log-dir").unwrap_or_else(|| "/var/log/roam/vms".into()),
         launcher_priority_class: get("launcher-priority-class"),
+        node_pki_dir: match get("node-pki-dir") {
+            Some(d) if !d.starts_with('/') => bail!("--node-pki-dir {d:?}: give an absolute path"),
+            d => d,
+        },
         pki: match get("pki-namespace") {
             None => {
                 anyhow::ensure!(
@@ -335,6 +357,7 @@ async fn main() -> anyhow::Result<()> {
             peer_libvirt_uri: flags.peer_libvirt_uri.clone(),
             vm_log_dir: flags.vm_log_dir.clone(),
             priority_class: flags.launcher_priority_class.clone(),
+            node_pki_dir: flags.node_pki_dir.clone(),
         },
         pki: flags.pki.clone(),
     };

@@ -236,6 +236,15 @@ pub struct MigrateRequest {
     /// (default [`DEFAULT_TIMEOUT_S`]).
     #[serde(default)]
     pub timeout_s: Option<u64>,
+    /// The node the controller chose: the target shim must say it is that node
+    /// ([`MigrateRequest::check_prepared`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_node: Option<String>,
+    /// That node's address (its Node object's InternalIP, which its roam certificate names):
+    /// the target's libvirt and migration URIs must lead there, and over TLS libvirt and QEMU
+    /// check the certificate against it, so the memory goes to the chosen node only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_address: Option<String>,
 }
 
 /// Default migration timeout.
@@ -285,10 +294,59 @@ impl MigrateRequest {
         Ok(())
     }
 
+    /// Whether the target's answer to `prepare` is the node this request names and offers
+    /// what this source accepts (pure): the node the controller chose (`target_node`), URIs
+    /// whose host is its address (`target_address`), and — when this source migrates over
+    /// TLS (`tls`) — a TLS libvirt connection (no downgrade to plain TCP). The error says
+    /// what the target offered.
+    pub fn check_prepared(&self, prepared: &Prepared, tls: bool) -> Result<(), String> {
+        if let Some(n) = &self.target_node
+            && prepared.node != *n
+        {
+            return Err(format!(
+                "the target shim says it runs on node {:?}, not on {n}, the node the controller chose",
+                prepared.node
+            ));
+        }
+        if let Some(addr) = &self.target_address {
+            for (what, uri) in [
+                ("libvirt URI", &prepared.libvirt_uri),
+                ("migration URI", &prepared.migration_uri),
+            ] {
+                let host = uri_host(uri);
+                if host != Some(addr.as_str()) {
+                    return Err(format!(
+                        "the target's {what} {uri:?} does not lead to {addr}, the address of the node the controller chose"
+                    ));
+                }
+            }
+        }
+        if tls && !prepared.libvirt_uri.starts_with("qemu+tls://") {
+            return Err(format!(
+                "the target offers the plain libvirt connection {:?}; this node migrates over TLS only (qemu+tls://)",
+                prepared.libvirt_uri
+            ));
+        }
+        Ok(())
+    }
+
     /// The timeout in effect.
     pub fn timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.timeout_s.unwrap_or(DEFAULT_TIMEOUT_S))
     }
+}
+
+/// The host of `scheme://[user@]HOST[:PORT][/path][?query]` (an IPv6 address without its
+/// brackets), if there is one.
+pub fn uri_host(uri: &str) -> Option<&str> {
+    let rest = uri.split_once("://")?.1;
+    let authority = rest.split(['/', '?']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split_once(']')?.0,
+        None => authority.split(':').next()?,
+    };
+    (!host.is_empty()).then_some(host)
 }
 
 /// Where a job is.
@@ -413,6 +471,86 @@ mod tests {
             auto_converge: true,
             post_copy: false,
             timeout_s: Some(60),
+            target_node: None,
+            target_address: None,
+        }
+    }
+
+    fn prepared(node: &str, libvirt: &str, migration: &str) -> Prepared {
+        Prepared {
+            node: node.into(),
+            libvirt_uri: libvirt.into(),
+            migration_uri: migration.into(),
+            tap: "t".into(),
+            ovn_port: "p".into(),
+            nics: vec![],
+        }
+    }
+
+    #[test]
+    fn the_source_migrates_only_to_the_node_the_controller_chose() {
+        let r = MigrateRequest {
+            target_node: Some("node-b".into()),
+            target_address: Some("10.213.0.2".into()),
+            ..req()
+        };
+        let tls = "qemu+tls://10.213.0.2:17200/system?pkipath=/run/libvirt/pki/libvirt";
+        let good = prepared("node-b", tls, "tcp://10.213.0.2");
+        r.check_prepared(&good, true).unwrap();
+        for (p, says) in [
+            (prepared("node-c", tls, "tcp://10.213.0.2"), "not on node-b"),
+            (
+                prepared(
+                    "node-b",
+                    "qemu+tls://10.213.0.3:17200/system",
+                    "tcp://10.213.0.2",
+                ),
+                "libvirt URI",
+            ),
+            (
+                prepared("node-b", tls, "tcp://10.213.0.66:49152"),
+                "migration URI",
+            ),
+            (
+                prepared(
+                    "node-b",
+                    "qemu+tcp://10.213.0.2:17200/system",
+                    "tcp://10.213.0.2",
+                ),
+                "TLS only",
+            ),
+        ] {
+            let e = r.check_prepared(&p, true).unwrap_err();
+            assert!(e.contains(says), "{p:?}: {e}");
+        }
+        // plain TCP is the source's to allow (a lab without roam-node, the tests' libvirtds)
+        let plain = prepared(
+            "node-b",
+            "qemu+tcp://10.213.0.2:17200/system",
+            "tcp://10.213.0.2",
+        );
+        r.check_prepared(&plain, false).unwrap();
+        // an older controller names no node: nothing to hold the target to
+        req()
+            .check_prepared(&prepared("x", "qemu+tcp://h/system", "tcp://h"), false)
+            .unwrap();
+    }
+
+    #[test]
+    fn uri_hosts() {
+        for (uri, host) in [
+            (
+                "qemu+tls://10.0.0.1:17200/system?pkipath=/x",
+                Some("10.0.0.1"),
+            ),
+            ("qemu+tcp://node-b/system", Some("node-b")),
+            ("tcp://10.0.0.1", Some("10.0.0.1")),
+            ("tcp://[fd00::1]:49152", Some("fd00::1")),
+            ("qemu+ssh://root@node-b/system", Some("node-b")),
+            ("qemu:///system", None),
+            ("10.0.0.1", None),
+        ] {
+            assert_eq!(uri_host(uri), host, "{uri}");
         }
     }
 

@@ -64,6 +64,8 @@ impl ShimClient {
             auto_converge: false,
             post_copy: false,
             timeout_s: None,
+            target_node: None,
+            target_address: None,
         };
         probe.validate().map_err(Error::BadRequest)?;
         let mut conn = HttpConnector::new();
@@ -260,6 +262,8 @@ mod tests {
             auto_converge: false,
             post_copy: false,
             timeout_s: None,
+            target_node: None,
+            target_address: None,
         };
         let e = c.migrate(&req).await.unwrap_err();
         match &e {

@@ -10,6 +10,14 @@
 //!
 //! QEMU's settings (`/etc/libvirt/qemu.conf`: root, no cgroups, no namespaces, no virtlogd)
 //! are the image's (`deploy/launcher/qemu.conf`).
+//!
+//! With `--pki-dir` (the node's roam PKI directory, which roam-node keeps: `node.key`,
+//! `node.crt`, `ca.crt`) the migration is mutually authenticated and encrypted: libvirtd
+//! listens with TLS only (no plain TCP), asks every client for a certificate of the roam CA,
+//! and presents the node's; [`tls_layout`] lays out the same files under the names libvirt's
+//! client (`?pkipath=`) and QEMU's migration TLS (`migrate_tls_x509_cert_dir` in the image's
+//! qemu.conf) look for, as symbolic links, so a renewed certificate is what the next
+//! migration uses.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -29,16 +37,19 @@ pub struct Args {
     pub libvirtd: PathBuf,
     /// The runtime directory (sockets, configuration, pid file).
     pub run_dir: PathBuf,
+    /// The node's roam PKI directory: TLS with client certificates instead of plain TCP.
+    pub pki_dir: Option<PathBuf>,
 }
 
 /// The usage line.
-pub const USAGE: &str = "roam-shim libvirtd --listen IP:PORT [--libvirtd PATH(/usr/sbin/libvirtd)] [--run-dir DIR(/run/libvirt)]";
+pub const USAGE: &str = "roam-shim libvirtd --listen IP:PORT [--libvirtd PATH(/usr/sbin/libvirtd)] [--run-dir DIR(/run/libvirt)] [--pki-dir DIR]";
 
 /// Parse `roam-shim libvirtd`'s flags (pure).
 pub fn parse(args: &[String]) -> Result<Args, String> {
     let mut listen = None;
     let mut libvirtd = PathBuf::from(LIBVIRTD);
     let mut run_dir = PathBuf::from(RUN_DIR);
+    let mut pki_dir = None;
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let value = it
@@ -58,6 +69,13 @@ pub fn parse(args: &[String]) -> Result<Args, String> {
             }
             "--libvirtd" => libvirtd = value.into(),
             "--run-dir" => run_dir = value.into(),
+            "--pki-dir" => {
+                let d = PathBuf::from(value);
+                if !d.is_absolute() {
+                    return Err(format!("--pki-dir {value}: give an absolute path"));
+                }
+                pki_dir = Some(d);
+            }
             _ => return Err(format!("unknown flag {flag}; usage: {USAGE}")),
         }
     }
@@ -72,17 +90,49 @@ pub fn parse(args: &[String]) -> Result<Args, String> {
         listen,
         libvirtd,
         run_dir,
+        pki_dir,
     })
 }
 
-/// The daemon's configuration (pure): unix sockets in `run_dir` for the pod's shim, TCP on
-/// `listen` for a migration's source libvirtd, the daemon's own `host_uuid`, logs on stderr
-/// (the container's log).
+/// The daemon's configuration (pure): unix sockets in `run_dir` for the pod's shim, a
+/// network socket on `listen` for a migration's source libvirtd, the daemon's own
+/// `host_uuid`, logs on stderr (the container's log).
 ///
-/// TCP without authentication, as KubeVirt's migration proxy carries it: the node network
-/// only (mTLS for the migration is #20).
-pub fn config(listen: SocketAddr, host_uuid: &str, run_dir: &Path) -> String {
+/// With `pki_dir` the network socket is TLS only: the node's certificate and key, the roam
+/// CA, and every client must present a certificate of that CA (`tls_no_verify_certificate =
+/// 0`). Without, plain TCP without authentication (the tests' own libvirtds).
+pub fn config(
+    listen: SocketAddr,
+    host_uuid: &str,
+    run_dir: &Path,
+    pki_dir: Option<&Path>,
+) -> String {
     let ip = listen.ip().to_string();
+    let network = match pki_dir {
+        None => format!(
+            "listen_tls = 0\n\
+             listen_tcp = 1\n\
+             listen_addr = \"{ip}\"\n\
+             tcp_port = \"{port}\"\n\
+             auth_tcp = \"none\"\n",
+            port = listen.port()
+        ),
+        Some(p) => format!(
+            "listen_tls = 1\n\
+             listen_tcp = 0\n\
+             listen_addr = \"{ip}\"\n\
+             tls_port = \"{port}\"\n\
+             auth_tls = \"none\"\n\
+             tls_no_verify_certificate = 0\n\
+             key_file = \"{key}\"\n\
+             cert_file = \"{cert}\"\n\
+             ca_file = \"{ca}\"\n",
+            port = listen.port(),
+            key = p.join(NODE_KEY).display(),
+            cert = p.join(NODE_CERT).display(),
+            ca = p.join(CA_CERT).display(),
+        ),
+    };
     format!(
         "# roam-shim libvirtd: this launcher pod's own libvirtd (written at start)\n\
          host_uuid = \"{host_uuid}\"\n\
@@ -92,16 +142,69 @@ pub fn config(listen: SocketAddr, host_uuid: &str, run_dir: &Path) -> String {
          unix_sock_rw_perms = \"0770\"\n\
          auth_unix_ro = \"none\"\n\
          auth_unix_rw = \"none\"\n\
-         listen_tls = 0\n\
-         listen_tcp = 1\n\
-         listen_addr = \"{ip}\"\n\
-         tcp_port = \"{port}\"\n\
-         auth_tcp = \"none\"\n\
+         {network}\
          log_level = 3\n\
          log_outputs = \"3:stderr\"\n",
         run = run_dir.display(),
-        port = listen.port(),
     )
+}
+
+/// The node's key, certificate and the CA bundle in its PKI directory (roam-node's names).
+pub const NODE_KEY: &str = "node.key";
+/// See [`NODE_KEY`].
+pub const NODE_CERT: &str = "node.crt";
+/// See [`NODE_KEY`].
+pub const CA_CERT: &str = "ca.crt";
+
+/// Where, under the run directory, libvirt's client finds its certificates (the peer URI's
+/// `?pkipath=`: `/run/libvirt/pki/libvirt`).
+pub const CLIENT_PKI: &str = "pki/libvirt";
+/// Where QEMU's migration TLS finds its certificates (the image's qemu.conf
+/// `migrate_tls_x509_cert_dir`: `/run/libvirt/pki/qemu`).
+pub const QEMU_PKI: &str = "pki/qemu";
+
+/// The links that give libvirt's client and QEMU the node's identity (pure): (directory under
+/// the run directory, file name there, the PKI directory's file it points to).
+pub fn tls_layout() -> Vec<(&'static str, &'static str, &'static str)> {
+    vec![
+        (CLIENT_PKI, "cacert.pem", CA_CERT),
+        (CLIENT_PKI, "clientcert.pem", NODE_CERT),
+        (CLIENT_PKI, "clientkey.pem", NODE_KEY),
+        (QEMU_PKI, "ca-cert.pem", CA_CERT),
+        (QEMU_PKI, "server-cert.pem", NODE_CERT),
+        (QEMU_PKI, "server-key.pem", NODE_KEY),
+        (QEMU_PKI, "client-cert.pem", NODE_CERT),
+        (QEMU_PKI, "client-key.pem", NODE_KEY),
+    ]
+}
+
+/// Make [`tls_layout`]'s links under `run_dir` to the files of `pki_dir`.
+pub fn link_tls(run_dir: &Path, pki_dir: &Path) -> std::io::Result<()> {
+    for (dir, name, target) in tls_layout() {
+        let d = run_dir.join(dir);
+        std::fs::create_dir_all(&d)?;
+        let link = d.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(pki_dir.join(target), &link)?;
+    }
+    Ok(())
+}
+
+/// What is missing from the node's PKI directory, if anything (the certificate roam-node
+/// asks for may not be there yet on a node that just joined).
+pub fn pki_missing(pki_dir: &Path) -> Option<String> {
+    let missing: Vec<&str> = [NODE_KEY, NODE_CERT, CA_CERT]
+        .into_iter()
+        .filter(|f| !pki_dir.join(f).is_file())
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "no {} in {}: roam-node (DaemonSet roam-system/roam-node) puts the node's \
+             certificate there; is it running and ready on this node?",
+            missing.join(", "),
+            pki_dir.display()
+        )
+    })
 }
 
 /// libvirtd's command line: `--listen` enables the TCP socket, `-f` the configuration,
@@ -175,6 +278,7 @@ mod tests {
             "10.0.0.11:18105".parse().unwrap(),
             "7d6f3b36-5a54-4b27-9f0c-3c3a4e2f9a10",
             Path::new("/run/libvirt"),
+            None,
         );
         for line in [
             "host_uuid = \"7d6f3b36-5a54-4b27-9f0c-3c3a4e2f9a10\"",
@@ -188,8 +292,72 @@ mod tests {
             assert!(c.lines().any(|l| l == line), "missing {line:?} in\n{c}");
         }
         // IPv6: libvirt takes the bare address
-        let c = config("[fd00::1]:18105".parse().unwrap(), "u", Path::new("/r"));
+        let c = config(
+            "[fd00::1]:18105".parse().unwrap(),
+            "u",
+            Path::new("/r"),
+            None,
+        );
         assert!(c.contains("listen_addr = \"fd00::1\""), "{c}");
+    }
+
+    #[test]
+    fn with_the_nodes_pki_the_daemon_listens_with_tls_only_and_verifies_clients() {
+        let c = config(
+            "10.0.0.11:18105".parse().unwrap(),
+            "u",
+            Path::new("/run/libvirt"),
+            Some(Path::new("/var/lib/roam/pki")),
+        );
+        for line in [
+            "listen_tls = 1",
+            "listen_tcp = 0",
+            "tls_port = \"18105\"",
+            "listen_addr = \"10.0.0.11\"",
+            "tls_no_verify_certificate = 0",
+            "key_file = \"/var/lib/roam/pki/node.key\"",
+            "cert_file = \"/var/lib/roam/pki/node.crt\"",
+            "ca_file = \"/var/lib/roam/pki/ca.crt\"",
+        ] {
+            assert!(c.lines().any(|l| l == line), "missing {line:?} in\n{c}");
+        }
+        assert!(!c.contains("auth_tcp"), "{c}");
+        let a = parse(&s(&[
+            "--listen",
+            "10.0.0.11:1",
+            "--pki-dir",
+            "/var/lib/roam/pki",
+        ]))
+        .unwrap();
+        assert_eq!(a.pki_dir, Some(PathBuf::from("/var/lib/roam/pki")));
+        assert!(parse(&s(&["--listen", "10.0.0.11:1", "--pki-dir", "pki"])).is_err());
+    }
+
+    #[test]
+    fn the_tls_links_point_at_the_nodes_files() {
+        let run = std::env::temp_dir().join(format!("roam-libvirtd-tls-{}", std::process::id()));
+        let pki = run.join("node-pki");
+        std::fs::create_dir_all(&pki).unwrap();
+        assert!(
+            pki_missing(&pki)
+                .unwrap()
+                .contains("node.key, node.crt, ca.crt")
+        );
+        for f in [NODE_KEY, NODE_CERT, CA_CERT] {
+            std::fs::write(pki.join(f), f).unwrap();
+        }
+        assert_eq!(pki_missing(&pki), None);
+        link_tls(&run, &pki).unwrap();
+        // twice: a restarted container finds the links already there
+        link_tls(&run, &pki).unwrap();
+        let read = |p: &str| std::fs::read_to_string(run.join(p)).unwrap();
+        assert_eq!(read("pki/libvirt/clientkey.pem"), NODE_KEY);
+        assert_eq!(read("pki/qemu/server-cert.pem"), NODE_CERT);
+        assert_eq!(read("pki/qemu/ca-cert.pem"), CA_CERT);
+        // a renewed certificate is what the links show
+        std::fs::write(pki.join(NODE_CERT), "renewed").unwrap();
+        assert_eq!(read("pki/qemu/client-cert.pem"), "renewed");
+        let _ = std::fs::remove_dir_all(&run);
     }
 
     #[test]

@@ -15,7 +15,7 @@ const HELP: &str = "\
 roam-shim: owns one libvirt domain and serves its migration API
 
   roam-shim [--config FILE] [--KEY VALUE ...]
-  roam-shim libvirtd --listen IP:PORT [--libvirtd PATH] [--run-dir DIR]
+  roam-shim libvirtd --listen IP:PORT [--libvirtd PATH] [--run-dir DIR] [--pki-dir DIR]
                                    the launcher pod's own libvirtd (its other container)
 
 keys (JSON file or flags; a flag overrides the file):
@@ -80,10 +80,29 @@ fn exec_libvirtd(args: &[String]) -> anyhow::Result<()> {
     let a = libvirtd::parse(args).map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&a.run_dir)
         .with_context(|| format!("create {}", a.run_dir.display()))?;
+    // the image's qemu.conf names this directory for the migration's TLS: it exists even
+    // when empty (libvirt checks the directories qemu.conf names)
+    let qemu_pki = a.run_dir.join(libvirtd::QEMU_PKI);
+    std::fs::create_dir_all(&qemu_pki).with_context(|| format!("create {}", qemu_pki.display()))?;
+    if let Some(pki) = &a.pki_dir {
+        // a node that just joined may not have its certificate yet: wait for roam-node
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while let Some(missing) = libvirtd::pki_missing(pki) {
+            anyhow::ensure!(std::time::Instant::now() < deadline, "{missing}");
+            tracing::info!("{missing}; waiting");
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        }
+        libvirtd::link_tls(&a.run_dir, pki).with_context(|| {
+            format!("link the node's certificates under {}", a.run_dir.display())
+        })?;
+    }
     let uuid = libvirtd::new_host_uuid().context("a host UUID for libvirtd")?;
     let file = a.run_dir.join("roam-libvirtd.conf");
-    std::fs::write(&file, libvirtd::config(a.listen, &uuid, &a.run_dir))
-        .with_context(|| format!("write {}", file.display()))?;
+    std::fs::write(
+        &file,
+        libvirtd::config(a.listen, &uuid, &a.run_dir, a.pki_dir.as_deref()),
+    )
+    .with_context(|| format!("write {}", file.display()))?;
     tracing::info!(listen = %a.listen, host_uuid = %uuid, "starting libvirtd");
     let err = std::process::Command::new(&a.libvirtd)
         .args(libvirtd::command_line(&a, &file))

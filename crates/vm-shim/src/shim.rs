@@ -538,6 +538,13 @@ impl Shim {
         })
     }
 
+    /// Whether this node's libvirt is reached over TLS (`--peer-libvirt-uri qemu+tls://…`,
+    /// the launcher has the node's certificates): then its migrations go over TLS only,
+    /// libvirt's connection and QEMU's stream both.
+    fn migrates_over_tls(&self) -> bool {
+        self.inner.cfg.peer_libvirt_uri.starts_with("qemu+tls://")
+    }
+
     /// `POST /v1/migrate`: prepare the target shim and start the live migration.
     pub async fn migrate(&self, req: MigrateRequest) -> Result<Job> {
         self.refuse_if_torn_down()?;
@@ -594,6 +601,8 @@ impl Shim {
         }
         let target = ShimClient::new(&req.target, &req.target_token)?;
         let prepared = target.prepare().await?;
+        req.check_prepared(&prepared, self.migrates_over_tls())
+            .map_err(Error::BadRequest)?;
         let aborted = Arc::new(AtomicBool::new(false));
         {
             let mut st = lock(&self.inner.state);
@@ -634,6 +643,11 @@ impl Shim {
     ) {
         let mut flags =
             sys::VIR_MIGRATE_LIVE | sys::VIR_MIGRATE_PEER2PEER | sys::VIR_MIGRATE_ABORT_ON_ERROR;
+        if self.migrates_over_tls() {
+            // QEMU's stream over TLS too, with the node certificates (qemu.conf's
+            // migrate_tls_x509_cert_dir, which roam-shim libvirtd fills)
+            flags |= sys::VIR_MIGRATE_TLS;
+        }
         if req.auto_converge {
             flags |= sys::VIR_MIGRATE_AUTO_CONVERGE;
         }

@@ -309,6 +309,10 @@ pub struct Booted {
 }
 
 /// [`boot_with`] the H8 names.
+/// A string the guest holds in memory (on its kernel command line, also in the domain's
+/// XML): a capture of the node link during a migration must not contain it.
+pub const GUEST_MARKER: &str = "roam-guest-secret-4b1d9e";
+
 pub fn boot(lab: &Lab) -> Booted {
     boot_with(lab, &H8)
 }
@@ -335,7 +339,7 @@ pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
                    "metadata": {"name": vmn, "namespace": ns},
                    "spec": {"cpu": 1, "memoryMiB": 256, "node": "node-a",
                             "boot": {"kernel": {"kernel": kernel, "initrd": initrd,
-                                                "cmdline": "console=ttyS0 loglevel=5 panic=-1"}}}}),
+                                                "cmdline": format!("console=ttyS0 loglevel=5 panic=-1 roam_marker={GUEST_MARKER}")}}}}),
         ],
     );
     let status = wait_until(LONG, "the VM Running on node-a", || {

@@ -481,6 +481,7 @@ pub(super) fn config() -> Config {
             peer_libvirt_uri: "qemu+tcp://{ip}:{port}/system".into(),
             vm_log_dir: "/var/log/roam".into(),
             priority_class: None,
+            node_pki_dir: None,
         },
         pki: None,
     }

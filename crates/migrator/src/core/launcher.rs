@@ -49,6 +49,10 @@ pub struct VmConfig {
     /// The launcher pods' PriorityClass, if any (a critical class keeps a running VM from
     /// being evicted under node pressure).
     pub priority_class: Option<String>,
+    /// The nodes' roam PKI directory (roam-node's: the node's key and certificate, the roam
+    /// CA), mounted read-only into the launcher's libvirtd: migrations then go over TLS with
+    /// the node certificates (`peer_libvirt_uri` is `qemu+tls://…`). `None`: plain TCP.
+    pub node_pki_dir: Option<String>,
 }
 
 /// Whether `p` is a VM launcher pod.
@@ -316,11 +320,18 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         json!({"name": "openvswitch", "mountPath": "/run/openvswitch"}),
         json!({"name": "state", "mountPath": STATE_DIR}),
     ]);
-    let libvirtd_args = vec![
+    let mut libvirtd_args = vec![
         "libvirtd".to_string(),
         "--listen".into(),
         SocketAddr::new(ip, libvirt_port).to_string(),
     ];
+    let mut libvirtd_mounts = vm_mounts.clone();
+    if let Some(pki) = &cfg.node_pki_dir {
+        // the node's identity for the migration's TLS: read only, the libvirtd container's
+        libvirtd_args.extend(["--pki-dir".to_string(), pki.clone()]);
+        volumes.push(json!({"name": "node-pki", "hostPath": {"path": pki, "type": "Directory"}}));
+        libvirtd_mounts.push(json!({"name": "node-pki", "mountPath": pki, "readOnly": true}));
+    }
     let mut annotations = BTreeMap::new();
     if let Some(m) = l.migration {
         annotations.insert(MIGRATION_ANNOTATION.to_string(), m.to_string());
@@ -369,7 +380,7 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
                 // a crash's last log lines become its termination message: the VM's
                 // condition quotes them (launcher_trouble)
                 "terminationMessagePolicy": "FallbackToLogsOnError",
-                "volumeMounts": vm_mounts,
+                "volumeMounts": libvirtd_mounts,
             }, {
                 "name": "shim",
                 "image": cfg.launcher_image,
@@ -420,6 +431,7 @@ mod tests {
             peer_libvirt_uri: "qemu+tcp://{ip}:{port}/system".into(),
             vm_log_dir: "/var/log/roam".into(),
             priority_class: None,
+            node_pki_dir: None,
         }
     }
 
@@ -590,6 +602,51 @@ mod tests {
             metadata: p.metadata.clone(),
             ..Default::default()
         }));
+    }
+
+    #[test]
+    fn with_the_nodes_pki_the_launchers_libvirtd_migrates_over_tls() {
+        let cfg = VmConfig {
+            node_pki_dir: Some("/var/lib/roam/pki".into()),
+            peer_libvirt_uri: "qemu+tls://{ip}:{port}/system?pkipath=/run/libvirt/pki/libvirt"
+                .into(),
+            ..cfg()
+        };
+        let nics = [nic(0, "a.node-a")];
+        let p = launcher_pod(&cfg, &vm(), &boot_on_a(&nics)).unwrap();
+        let spec = p.spec.unwrap();
+        let libvirtd = &spec.containers[0];
+        assert_eq!(
+            libvirtd.args.clone().unwrap(),
+            [
+                "libvirtd",
+                "--listen",
+                "10.0.0.1:17200",
+                "--pki-dir",
+                "/var/lib/roam/pki"
+            ]
+        );
+        let mount = libvirtd
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.mount_path == "/var/lib/roam/pki")
+            .expect("the node's PKI in the libvirtd container");
+        assert_eq!(mount.read_only, Some(true));
+        assert!(
+            !shim(&spec)
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.mount_path == "/var/lib/roam/pki"),
+            "the shim does not need the node's key"
+        );
+        let args = shim(&spec).args.clone().unwrap();
+        let i = args.iter().position(|a| a == "--peer-libvirt-uri").unwrap();
+        assert_eq!(
+            args[i + 1],
+            "qemu+tls://10.0.0.1:17200/system?pkipath=/run/libvirt/pki/libvirt"
+        );
     }
 
     #[test]

@@ -238,6 +238,10 @@ impl Run {
                     auto_converge: m.spec.auto_converge,
                     post_copy: m.spec.allow_post_copy,
                     timeout_s: m.spec.timeout_seconds,
+                    // the source holds the target to the node chosen here (its address is
+                    // what its roam certificate names)
+                    target_node: Some(self.target.clone()),
+                    target_address: Some(ip.clone()),
                 };
                 // the events after this point are this job's
                 let after = tasks::last_seq(&self.source_client).await;
