@@ -262,9 +262,12 @@ impl Lab {
     }
 }
 
-/// The libvirtd of VM `vm`'s launcher pod on `node` (namespace `ns`), as a
-/// `qemu+tcp://NODE_IP:PORT/system` URI — its `libvirtd` container's `--listen` — or `None`
-/// when the VM has no live launcher pod there. Each launcher pod runs its own libvirtd.
+/// The libvirtd of VM `vm`'s launcher pod on `node` (namespace `ns`), as a URI for virsh on
+/// the lab's host — its `libvirtd` container's `--listen` — or `None` when the VM has no live
+/// launcher pod there. Each launcher pod runs its own libvirtd. A launcher with the node's
+/// certificates (`--pki-dir`, as installed) takes TLS only: the URI is
+/// `qemu+tls://NODE_IP:PORT/system?pkipath=…` with a copy of that node's identity (the test
+/// acts as an admin of that node); else `qemu+tcp://NODE_IP:PORT/system`.
 pub fn launcher_libvirt(lab: &Lab, ns: &str, vm: &str, node: &str) -> Option<String> {
     let label = format!("{}={vm}", roam_contract::keys::VM_LABEL);
     let out = try_kubectl(lab, &["-n", ns, "get", "pods", "-l", &label, "-o", "json"]).ok()?;
@@ -283,8 +286,34 @@ pub fn launcher_libvirt(lab: &Lab, ns: &str, vm: &str, node: &str) -> Option<Str
             .filter_map(|a| a.as_str())
             .collect();
         let i = args.iter().position(|a| *a == "--listen")?;
-        Some(format!("qemu+tcp://{}/system", args.get(i + 1)?))
+        let listen = args.get(i + 1)?;
+        match args.iter().position(|a| *a == "--pki-dir") {
+            None => Some(format!("qemu+tcp://{listen}/system")),
+            Some(j) => {
+                let pkipath = node_identity_copy(lab, node, args.get(j + 1)?)?;
+                Some(format!(
+                    "qemu+tls://{listen}/system?pkipath={}",
+                    pkipath.display()
+                ))
+            }
+        }
     })
+}
+
+/// A copy of `node`'s roam identity (its PKI directory `dir`, as roam-node keeps it) under
+/// the lab's directory, in the names libvirt's client looks for (`pkipath`).
+pub fn node_identity_copy(lab: &Lab, node: &str, dir: &str) -> Option<PathBuf> {
+    let to = lab.dir().join("admin-pki").join(node);
+    std::fs::create_dir_all(&to).ok()?;
+    for (from, name) in [
+        ("ca.crt", "cacert.pem"),
+        ("node.crt", "clientcert.pem"),
+        ("node.key", "clientkey.pem"),
+    ] {
+        let text = std::fs::read(lab.node_path(node, &format!("{dir}/{from}"))).ok()?;
+        std::fs::write(to.join(name), text).ok()?;
+    }
+    Some(to)
 }
 
 /// What the lab guest's init (`e2e/guest/initramfs/init`) prints on the serial console at
