@@ -631,31 +631,17 @@ fn libvirt_takes_only_roam_certificates(lab: &Lab, status: &serde_json::Value) {
     // a certificate for "node-a" that another CA signed
     let other =
         roam_pki::Ca::generate(std::time::SystemTime::now(), Duration::from_secs(3600)).unwrap();
-    let key = roam_pki::new_key().unwrap();
-    let request = roam_pki::node_request(&key, "node-a").unwrap();
-    let groups = vec!["system:nodes".to_string()];
-    let (csr, facts) = roam_pki::review(
-        request.as_bytes(),
-        roam_pki::Requester {
-            username: "system:node:node-a",
-            groups: &groups,
-        },
-        |n| {
-            Some(roam_pki::NodeFacts {
-                name: n.into(),
-                addresses: vec![],
-            })
-        },
+    let facts = roam_pki::NodeFacts {
+        name: "node-a".into(),
+        addresses: vec![],
+    };
+    let (key, foreign) = roam_pki::node_identity(
+        &other,
+        &facts,
+        std::time::SystemTime::now(),
+        Duration::from_secs(3600),
     )
     .unwrap();
-    let foreign = other
-        .issue(
-            &csr,
-            &facts,
-            std::time::SystemTime::now(),
-            Duration::from_secs(3600),
-        )
-        .unwrap();
     // the client trusts both CAs (libvirt's client checks its own certificate against its
     // CA file before it connects): what refuses it is the server
     let both = format!("{ca}{}", other.cert_pem());

@@ -75,30 +75,13 @@ mod tests {
 
     use super::*;
 
-    /// A CA, and a key and certificate it issued for `node` (valid a day from `now`).
+    /// A key and certificate `ca` issued for `node` (valid a day from `now`).
     fn issued(ca: &roam_pki::Ca, node: &str, now: SystemTime) -> (String, String) {
-        let key = roam_pki::new_key().unwrap();
-        let req = roam_pki::node_request(&key, node).unwrap();
-        let groups = vec!["system:nodes".to_string()];
-        let user = format!("system:node:{node}");
-        let (csr, facts) = roam_pki::review(
-            req.as_bytes(),
-            roam_pki::Requester {
-                username: &user,
-                groups: &groups,
-            },
-            |n| {
-                Some(roam_pki::NodeFacts {
-                    name: n.into(),
-                    addresses: vec![],
-                })
-            },
-        )
-        .unwrap();
-        let cert = ca
-            .issue(&csr, &facts, now, Duration::from_secs(24 * 3600))
-            .unwrap();
-        (key, cert)
+        let facts = roam_pki::NodeFacts {
+            name: node.into(),
+            addresses: vec![],
+        };
+        roam_pki::node_identity(ca, &facts, now, Duration::from_secs(24 * 3600)).unwrap()
     }
 
     #[test]

@@ -240,6 +240,22 @@ pub fn review(
     Ok((csr, facts))
 }
 
+/// A key and a certificate of `ca` for `node`, as if the node had asked and the request had
+/// passed [`review`] (for tests and tools that need a node identity without a cluster).
+pub fn node_identity(
+    ca: &Ca,
+    node: &NodeFacts,
+    now: SystemTime,
+    validity: Duration,
+) -> Result<(String, String)> {
+    let key = new_key()?;
+    let request = node_request(&key, &node.name)?;
+    let csr = CertificateSigningRequestParams::from_pem(&request)
+        .map_err(|e| Error::Certificate(e.to_string()))?;
+    let cert = ca.issue(&csr, node, now, validity)?;
+    Ok((key, cert))
+}
+
 /// A new node key (ECDSA P-256), PKCS#8 PEM.
 pub fn new_key() -> Result<String> {
     Ok(KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)

@@ -183,6 +183,16 @@ fn only_a_node_may_ask_and_only_for_itself() {
 }
 
 #[test]
+fn a_node_identity_for_tools_is_what_a_reviewed_request_gets() {
+    let ca = ca();
+    let (key, cert) = node_identity(&ca, &node_facts("node-c", 3), SystemTime::now(), DAY).unwrap();
+    let info = cert_info(&cert).unwrap();
+    assert_eq!(info.common_name.as_deref(), Some("node-c"));
+    assert_eq!(info.ips, [IpAddr::V4(Ipv4Addr::new(10, 213, 0, 3))]);
+    assert!(signed_by(&cert, ca.cert_pem()) && key_matches(&cert, &key));
+}
+
+#[test]
 fn renewal_is_due_after_two_thirds_of_the_life() {
     let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
     let end = t0 + Duration::from_secs(3000);

@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use roam_pki::{Ca, NodeFacts, Requester};
+use roam_pki::{Ca, NodeFacts};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
@@ -20,26 +20,11 @@ fn new_ca() -> Ca {
 
 /// A key and the certificate `ca` issues for `node` (address 10.213.0.`last`).
 fn node_cert(ca: &Ca, node: &str, last: u8) -> (String, String) {
-    let key = roam_pki::new_key().unwrap();
-    let request = roam_pki::node_request(&key, node).unwrap();
-    let groups = vec!["system:nodes".to_string()];
-    let user = format!("system:node:{node}");
-    let (csr, facts) = roam_pki::review(
-        request.as_bytes(),
-        Requester {
-            username: &user,
-            groups: &groups,
-        },
-        |n| {
-            Some(NodeFacts {
-                name: n.into(),
-                addresses: vec![IpAddr::V4(Ipv4Addr::new(10, 213, 0, last))],
-            })
-        },
-    )
-    .unwrap();
-    let cert = ca.issue(&csr, &facts, SystemTime::now(), DAY).unwrap();
-    (key, cert)
+    let facts = NodeFacts {
+        name: node.into(),
+        addresses: vec![IpAddr::V4(Ipv4Addr::new(10, 213, 0, last))],
+    };
+    roam_pki::node_identity(ca, &facts, SystemTime::now(), DAY).unwrap()
 }
 
 fn certs(pem: &str) -> Vec<CertificateDer<'static>> {
