@@ -1703,7 +1703,27 @@ fn controller_runs_under_its_least_privilege_service_account() {
         launcher["status"]["phase"], "Running",
         "started by the real kubelet"
     );
-    kubectl(&lab, &["-n", ns, "get", "secret", "vm1-shim-token"]);
+    // the VM's shim token lives in the controller's own namespace, not the tenant's
+    let uid = get_json(&lab, &["-n", ns, "get", "vm", "vm1"])["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    kubectl(
+        &lab,
+        &[
+            "-n",
+            sys,
+            "get",
+            "secret",
+            &format!("roam-shim-token-{uid}"),
+        ],
+    );
+    assert!(
+        kubectl(&lab, &["-n", ns, "get", "secrets", "-o", "name"])
+            .lines()
+            .all(|l| !l.contains("shim-token")),
+        "no token in the VM's namespace"
+    );
     wait_until(LONG, "the VM's Events", || {
         let ev = events_about(&lab, ns, "vm1");
         ev.iter()

@@ -543,3 +543,125 @@ fn every_node_has_a_roam_certificate_for_itself_only() {
     );
     assert!(roam_pki::signed_by(&after, &ca));
 }
+
+/// `kubectl auth can-i --list` as `who` (and `groups`) in `namespace`: the resource rules, as
+/// `resource [names] [verbs]` lines, sorted; the review APIs every user has left out.
+fn permissions(lab: &Lab, namespace: &str, who: &str, groups: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "auth".to_string(),
+        "can-i".into(),
+        "--list".into(),
+        "-n".into(),
+        namespace.into(),
+        format!("--as={who}"),
+    ];
+    args.extend(groups.iter().map(|g| format!("--as-group={g}")));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = kubectl(lab, &refs);
+    let mut rows: Vec<String> = out
+        .lines()
+        .skip(1)
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            let resource = *cols.first()?;
+            if resource.starts_with("selfsubject") {
+                return None;
+            }
+            // Resources, Non-Resource URLs ([]), Resource Names, Verbs
+            let rest = cols[1..].join(" ");
+            let rest = rest.strip_prefix("[] ").unwrap_or(&rest);
+            Some(format!("{resource} {rest}"))
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+fn sorted(rows: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = rows.iter().map(|s| s.to_string()).collect();
+    v.sort();
+    v
+}
+
+/// roam-controller's ServiceAccount and roam-node (which calls the API server as its node)
+/// may do exactly what deploy/ grants, each rule there commented with why: no Secret outside
+/// roam-system for the controller, no Secret at all for the nodes.
+#[test]
+fn roam_has_exactly_the_permissions_it_needs() {
+    let lab = Lab::get();
+    let controller = "system:serviceaccount:roam-system:roam-controller";
+    let everywhere = [
+        "signers.certificates.k8s.io [roam.dev/node] [approve sign]",
+        "events.events.k8s.io [] [create patch]",
+        "virtualmachinemigrations.roam.dev [] [get list watch create patch delete]",
+        "addresses.roam.dev [] [get list watch create update delete]",
+        "pods [] [get list watch patch create delete]",
+        "virtualmachines.roam.dev [] [get list watch patch]",
+        "nodes [] [get list watch]",
+        "certificatesigningrequests.certificates.k8s.io [] [get list watch]",
+        "networks.roam.dev [] [list watch]",
+        "namespaces [] [list]",
+        "certificatesigningrequests.certificates.k8s.io/approval [] [patch]",
+        "certificatesigningrequests.certificates.k8s.io/status [] [patch]",
+        "virtualmachinemigrations.roam.dev/status [] [patch]",
+        "virtualmachines.roam.dev/status [] [patch]",
+        "networks.roam.dev/status [] [update patch]",
+    ];
+    // a tenant's namespace: nothing of Secrets or ConfigMaps
+    assert_eq!(
+        permissions(&lab, "default", controller, &[]),
+        sorted(&everywhere),
+        "roam-controller in a tenant's namespace"
+    );
+    let mut own = everywhere.to_vec();
+    own.extend([
+        "secrets [] [get create delete]",
+        "configmaps [] [get create patch]",
+        "leases.coordination.k8s.io [] [get create update]",
+    ]);
+    assert_eq!(
+        permissions(&lab, "roam-system", controller, &[]),
+        sorted(&own),
+        "roam-controller in roam-system"
+    );
+    // roam-node, as node-a: its certificate request and the CA's ConfigMap, nothing more
+    // than RBAC's defaults for every node (the Node authorizer's own grants are not listed)
+    let node = |ns: &str| permissions(&lab, ns, "system:node:node-a", &["system:nodes"]);
+    let node_rules = ["certificatesigningrequests.certificates.k8s.io [] [create get]"];
+    assert_eq!(
+        node("default"),
+        sorted(&node_rules),
+        "a node in a tenant's namespace"
+    );
+    let mut in_system = node_rules.to_vec();
+    in_system.push("configmaps [roam-ca] [get]");
+    assert_eq!(
+        node("roam-system"),
+        sorted(&in_system),
+        "a node in roam-system"
+    );
+    for (who, groups) in [
+        (controller, &[][..]),
+        ("system:node:node-a", &["system:nodes"][..]),
+    ] {
+        for ns in ["default", "kube-system"] {
+            let mut args = vec![
+                "auth".to_string(),
+                "can-i".into(),
+                "get".into(),
+                "secrets".into(),
+                "-n".into(),
+                ns.into(),
+                format!("--as={who}"),
+            ];
+            args.extend(groups.iter().map(|g| format!("--as-group={g}")));
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            let answer = try_kubectl(&lab, &refs).unwrap_or_else(|e| e);
+            assert!(
+                answer.trim_start().starts_with("no"),
+                "{who} get secrets in {ns}: {answer}"
+            );
+        }
+    }
+}

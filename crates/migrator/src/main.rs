@@ -351,6 +351,7 @@ async fn main() -> anyhow::Result<()> {
         ovn_debounce: Duration::from_millis(flags.ovn_debounce_ms),
         sweep_period: Duration::from_millis(flags.sweep_period_ms),
         identity: flags.identity.clone(),
+        secret_namespace: flags.lease_namespace.clone(),
         vm: roam_migrator::core::launcher::VmConfig {
             launcher_image: flags.launcher_image.clone(),
             shim_ports: flags.shim_ports,

@@ -475,6 +475,7 @@ pub(super) fn config() -> Config {
         sweep_period: Duration::from_secs(3600),
         identity: "test".into(),
         event_namespace: "roam-system".into(),
+        secret_namespace: "roam-system".into(),
         vm: crate::core::launcher::VmConfig {
             launcher_image: "roam-shim:test".into(),
             shim_ports: (17100, 17199),

@@ -89,6 +89,9 @@ pub struct Config {
     /// Where Events about cluster-scoped objects (Networks, Addresses without a pod) are
     /// stored; an Address's Event goes to its pod's namespace (see [`crate::core::event`]).
     pub event_namespace: String,
+    /// Where the VMs' shim token Secrets live: roam-controller's own namespace (the lease
+    /// namespace, `roam-system` when installed), never the VMs'.
+    pub secret_namespace: String,
     /// Launcher pods (VM controller).
     pub vm: crate::core::launcher::VmConfig,
     /// The node-certificate signer and the roam CA, when this controller is roam's signer.

@@ -44,6 +44,8 @@ use crate::core::vm::{teardown, validate};
 use crate::error::{Error, Result};
 use roam_contract::keys::VM_FINALIZER;
 
+/// The label of a token Secret naming its VM's namespace.
+const VM_NAMESPACE_LABEL: &str = "roam.dev/vm-namespace";
 /// The Secret key of a VM's shim token.
 const TOKEN_KEY: &str = "token";
 
@@ -168,11 +170,13 @@ fn facts_of(n: &Node, requested_mib: u64) -> NodeFacts {
     }
 }
 
-/// The VM's token (its Secret, created with a random token the first time).
+/// The VM's token (its Secret in roam's own namespace, created with a random token the first
+/// time). Never in the VM's namespace: a tenant does not read it, and roam-controller needs
+/// Secrets in no namespace but its own.
 pub(super) async fn token(ctx: &Context, vm: &VirtualMachine) -> Result<String> {
-    let ns = vm.namespace().unwrap_or_default();
+    let ns = ctx.config.secret_namespace.clone();
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    let name = token_secret(&vm.name_any());
+    let name = token_secret(&vm.uid().unwrap_or_default());
     let read = |s: &Secret| {
         s.data
             .as_ref()
@@ -191,9 +195,10 @@ pub(super) async fn token(ctx: &Context, vm: &VirtualMachine) -> Result<String> 
         .map_err(|e| Error::Conflict(format!("read /dev/urandom for a token: {e}")))?;
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     let secret: Secret = serde_json::from_value(json!({
+        // no ownerReference (it cannot cross namespaces): the VM's teardown deletes it
         "metadata": {"name": name, "namespace": ns,
-                     "labels": {VM_LABEL: vm.name_any()},
-                     "ownerReferences": vm.controller_owner_ref(&()).map(|o| vec![o])},
+                     "labels": {VM_LABEL: vm.name_any(),
+                                VM_NAMESPACE_LABEL: vm.namespace().unwrap_or_default()}},
         "stringData": {TOKEN_KEY: token},
     }))
     .expect("a Secret");
@@ -285,6 +290,16 @@ async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
     match &plan {
         teardown::Plan::Done => {
             tracing::info!(vm = %vm_key(vm), "torn down on every node: letting it go");
+            let secrets: Api<Secret> =
+                Api::namespaced(ctx.client.clone(), &ctx.config.secret_namespace);
+            match secrets
+                .delete(&token_secret(&uid), &DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if Error::is_not_found(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
             set_finalizer(ctx, vm, false).await?;
             return Ok(Action::await_change());
         }

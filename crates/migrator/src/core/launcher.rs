@@ -399,9 +399,10 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
     })
 }
 
-/// The name of a VM's token Secret.
-pub fn token_secret(vm: &str) -> String {
-    format!("{vm}-shim-token")
+/// The name of the token Secret of the VM with UID `vm_uid` (in roam-controller's namespace:
+/// by UID, as VMs of every namespace share it).
+pub fn token_secret(vm_uid: &str) -> String {
+    format!("roam-shim-token-{vm_uid}")
 }
 
 #[cfg(test)]

@@ -148,7 +148,7 @@ const PODS_LIVE: &str =
 
 fn reads() -> Vec<Expect> {
     vec![
-        Expect::get("/api/v1/namespaces/ns/secrets/demo-shim-token"),
+        Expect::get("/api/v1/namespaces/roam-system/secrets/roam-shim-token-vm-uid"),
         Expect::get("/api/v1/nodes/node-a"),
         Expect::get("/api/v1/nodes/node-b"),
         Expect::get(format!("{PODS}/mig-target")),

@@ -63,7 +63,7 @@ pub(super) fn vm() -> VirtualMachine {
 pub(super) fn token_secret() -> Secret {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "demo-shim-token", "namespace": "ns"},
+        "metadata": {"name": "roam-shim-token-vm-uid", "namespace": "roam-system"},
         "data": {"token": "dDBrZW4="},
     }))
     .expect("a Secret")

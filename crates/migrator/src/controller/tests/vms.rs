@@ -37,8 +37,8 @@ async fn a_new_vm_claims_its_address_then_gets_its_launcher_pod() {
             "metadata": {"annotations": {"roam.dev/pod": "ns/demo-launcher"}},
         })),
         Expect::get("/apis/roam.dev/v1alpha1/virtualmachines?"),
-        Expect::get("/api/v1/namespaces/ns/secrets/demo-shim-token"),
-        Expect::post("/api/v1/namespaces/ns/secrets?"),
+        Expect::get("/api/v1/namespaces/roam-system/secrets/roam-shim-token-vm-uid"),
+        Expect::post("/api/v1/namespaces/roam-system/secrets?"),
         Expect::get("/api/v1/namespaces/ns/pods/demo-launcher"),
         Expect::post("/api/v1/namespaces/ns/pods?").with(json!({
             "metadata": {"name": "demo-launcher", "labels": {"roam.dev/launcher": "true"}},
@@ -93,8 +93,8 @@ async fn a_claim_that_loses_its_race_reads_the_winner_and_takes_another_ip() {
         Expect::post("/apis/roam.dev/v1alpha1/addresses?")
             .with(json!({"metadata": {"name": "net-10-1-0-3"}, "spec": {"ip": "10.1.0.3", "owner": "ns/demo"}})),
         Expect::get("/apis/roam.dev/v1alpha1/virtualmachines?"),
-        Expect::get("/api/v1/namespaces/ns/secrets/demo-shim-token"),
-        Expect::post("/api/v1/namespaces/ns/secrets?"),
+        Expect::get("/api/v1/namespaces/roam-system/secrets/roam-shim-token-vm-uid"),
+        Expect::post("/api/v1/namespaces/roam-system/secrets?"),
         Expect::get("/api/v1/namespaces/ns/pods/demo-launcher"),
         Expect::post("/api/v1/namespaces/ns/pods?"),
         Expect::patch(format!("{VMS}/demo/status?"))
@@ -309,7 +309,7 @@ async fn a_deleted_vm_is_torn_down_on_its_node_before_it_goes() {
     api.expect(Scenario::Steps(vec![
         Expect::get(pods_of_vm),
         Expect::get("/api/v1/nodes/node-a"),
-        Expect::get("/api/v1/namespaces/ns/secrets/demo-shim-token"),
+        Expect::get("/api/v1/namespaces/roam-system/secrets/roam-shim-token-vm-uid"),
         Expect::delete("/api/v1/namespaces/ns/pods/demo-launcher?"),
         Expect::patch(format!("{VMS}/demo/status?")).with(json!({
             "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Deleting"}]},
@@ -327,12 +327,15 @@ async fn a_deleted_vm_is_torn_down_on_its_node_before_it_goes() {
         "a pod the VM does not control is not the controller's to delete"
     );
 
-    // the launcher is gone: the finalizer goes, nothing else is asked
+    // the launcher is gone: the token Secret (in roam's namespace) and the finalizer go,
+    // nothing else is asked
     let v = api
         .get::<VirtualMachine>(&format!("{VMS}/demo"))
         .expect("still held");
+    let token = "/api/v1/namespaces/roam-system/secrets/roam-shim-token-vm-uid";
     api.expect(Scenario::Steps(vec![
         Expect::get(pods_of_vm),
+        Expect::delete(format!("{token}?")),
         Expect::patch(format!("{VMS}/demo?")).with(json!({"metadata": {"finalizers": []}})),
     ]));
     reconcile(Arc::new(v), ctx.clone())
@@ -340,6 +343,11 @@ async fn a_deleted_vm_is_torn_down_on_its_node_before_it_goes() {
         .expect("reconcile");
     api.done().await;
     assert!(shim.take_calls().is_empty(), "no second teardown");
+    assert!(
+        api.get::<k8s_openapi::api::core::v1::Secret>(token)
+            .is_none(),
+        "the token goes with its VM"
+    );
 }
 
 /// A spec no retry can fix (0 vCPUs, a boot path with `..`): one status write and one
