@@ -117,6 +117,7 @@ impl ShimProcess {
             mode,
             kvm: false,
             instance: None,
+            image_root: None,
         }
     }
 

@@ -89,7 +89,7 @@ fn vms_go_where_the_schedulers_constraints_allow() {
     );
     let (a, b, c) = (nodes[0].as_str(), nodes[1].as_str(), nodes[2].as_str());
     let mut cleanup = VmCleanup::new(&lab).namespace(NS).network(NET);
-    for name in ["p9vm1", "p9vm2", "p9vm3", "p9vm4"] {
+    for name in ["p9vm1", "p9vm2", "p9vm3", "p9vm4", "p9vm5", "p9vm6"] {
         let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/{name}"));
         cleanup = cleanup.vm(&format!("{NS}_{name}"), &[&tap]);
     }
@@ -217,7 +217,57 @@ fn vms_go_where_the_schedulers_constraints_allow() {
         "{msg}"
     );
 
-    deleted_vms_leave_nothing_on_any_node(&lab, &ctl, &["p9vm1", "p9vm2", "p9vm3", "p9vm4"]);
+    // boot media only from the admin's image store (the lab installs roam with
+    // --image-root set to its guest directory): a host path outside it is refused before
+    // anything is created; a link in the store that leads out of it is refused by the shim,
+    // and the VM's condition says so
+    roam_e2e::kubectl_manifest(
+        &lab,
+        "create",
+        &vm("p9vm5", json!({"node": a}), "/etc/shadow", &initrd),
+    )
+    .expect("create p9vm5");
+    let msg = wait_until(LONG, "p9vm5 refused", || {
+        let (phase, msg) = condition(&lab, "p9vm5", "Ready", "InvalidVirtualMachine")?;
+        (phase == "Failed").then_some(msg)
+    });
+    assert!(msg.contains("outside the image store"), "{msg}");
+    assert!(
+        get(&lab, &["-n", NS, "get", "pod", "-l", "roam.dev/vm=p9vm5"])
+            .is_some_and(|l| l["items"].as_array().is_some_and(|i| i.is_empty())),
+        "no launcher pod for a VM booting from a host path"
+    );
+    let escape =
+        std::path::Path::new(&kernel).with_file_name(format!("p9-escape-{}", std::process::id()));
+    let _ = std::fs::remove_file(&escape);
+    std::os::unix::fs::symlink("/etc/hostname", &escape).expect("a link in the image store");
+    struct Unlink(std::path::PathBuf);
+    impl Drop for Unlink {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _unlink = Unlink(escape.clone());
+    let escape = escape.display().to_string();
+    roam_e2e::kubectl_manifest(
+        &lab,
+        "create",
+        &vm("p9vm6", json!({"node": a}), &escape, &initrd),
+    )
+    .expect("create p9vm6");
+    let msg = wait_until(LONG, "p9vm6's launcher refusing the link", || {
+        let (phase, msg) = condition(&lab, "p9vm6", "Ready", "LauncherFailing")?;
+        (phase == "Starting" && msg.contains("outside the image store")).then_some(msg)
+    });
+    assert!(msg.contains("resolves to"), "{msg}");
+    // refused before anything was made: no finalizer holds it
+    kubectl(&lab, &["-n", NS, "delete", "vm", "p9vm5"]);
+
+    deleted_vms_leave_nothing_on_any_node(
+        &lab,
+        &ctl,
+        &["p9vm1", "p9vm2", "p9vm3", "p9vm4", "p9vm6"],
+    );
 }
 
 /// Whether a QEMU of libvirt domain `domain` runs anywhere on the machine.

@@ -14,7 +14,7 @@
 //!                 [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS]
 //!                 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI]
 //!                 [--peer-libvirt-uri TEMPLATE({node},{ip},{port})] [--vm-log-dir DIR]
-//!                 [--launcher-priority-class NAME] [--node-pki-dir DIR]
+//!                 [--launcher-priority-class NAME] [--node-pki-dir DIR] [--image-root DIR]
 //!                 [--pki-namespace NS [--node-cert-validity-minutes N]]
 //! ```
 //!
@@ -57,6 +57,7 @@ struct Flags {
     vm_log_dir: String,
     launcher_priority_class: Option<String>,
     node_pki_dir: Option<String>,
+    image_root: Option<String>,
     pki: Option<controller::certs::PkiConfig>,
 }
 
@@ -66,7 +67,7 @@ const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] 
 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--namespace-selector LABELS] [--event-namespace NS] [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS] \
 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI] \
 [--peer-libvirt-uri TEMPLATE({node},{ip},{port})] [--vm-log-dir DIR] [--launcher-priority-class NAME] \
-[--node-pki-dir DIR] [--pki-namespace NS [--node-cert-validity-minutes N]] | --version";
+[--node-pki-dir DIR] [--image-root DIR] [--pki-namespace NS [--node-cert-validity-minutes N]] | --version";
 
 /// The peer URI with the nodes' certificates: libvirt's client finds the node's certificate,
 /// key and the roam CA under `pkipath` (roam-shim libvirtd links them there), and checks the
@@ -135,6 +136,7 @@ fn parse() -> anyhow::Result<Flags> {
         "pki-namespace",
         "node-cert-validity-minutes",
         "node-pki-dir",
+        "image-root",
     ];
     if let Some(k) = given.keys().find(|k| !known.contains(&k.as_str())) {
         bail!("unknown flag --{k}\n{USAGE}");
@@ -220,6 +222,16 @@ fn parse() -> anyhow::Result<Flags> {
         },
         vm_log_dir: get("vm-log-dir").unwrap_or_else(|| "/var/log/roam/vms".into()),
         launcher_priority_class: get("launcher-priority-class"),
+        image_root: match get("image-root") {
+            Some(d) => {
+                let d = d.trim_end_matches('/').to_string();
+                if let Some(p) = roam_shim_api::limits::boot_path_problem("--image-root", &d) {
+                    bail!("{p}: give the absolute path of the nodes' image store");
+                }
+                Some(d)
+            }
+            None => None,
+        },
         node_pki_dir: match get("node-pki-dir") {
             Some(d) if !d.starts_with('/') => bail!("--node-pki-dir {d:?}: give an absolute path"),
             d => d,
@@ -359,6 +371,7 @@ async fn main() -> anyhow::Result<()> {
             vm_log_dir: flags.vm_log_dir.clone(),
             priority_class: flags.launcher_priority_class.clone(),
             node_pki_dir: flags.node_pki_dir.clone(),
+            image_root: flags.image_root.clone(),
         },
         pki: flags.pki.clone(),
     };

@@ -93,6 +93,8 @@ pub mod flag {
     pub const KVM: &str = "--kvm";
     /// Who runs the shim (a launcher pod's name).
     pub const INSTANCE: &str = "--instance";
+    /// The admin's image store: every boot file must resolve under it.
+    pub const IMAGE_ROOT: &str = "--image-root";
 
     /// Every flag of [`super::LaunchArgs`] (not [`CONFIG`]).
     pub const ALL: &[&str] = &[
@@ -122,6 +124,7 @@ pub mod flag {
         MODE,
         KVM,
         INSTANCE,
+        IMAGE_ROOT,
     ];
 }
 
@@ -357,6 +360,9 @@ pub struct LaunchArgs {
     pub kvm: bool,
     /// Who runs the shim, echoed in its status (`--instance`).
     pub instance: Option<String>,
+    /// The admin's image store (`--image-root`): every boot file must resolve (symbolic
+    /// links followed) to a file under it. `None`: any absolute path.
+    pub image_root: Option<PathBuf>,
 }
 
 /// A value as given, before its type is checked.
@@ -466,6 +472,9 @@ impl LaunchArgs {
         ]);
         if self.kvm {
             out.push((flag::KVM, None));
+        }
+        if let Some(r) = &self.image_root {
+            out.push((flag::IMAGE_ROOT, path(r)));
         }
         if let Some(i) = &self.instance {
             out.push((flag::INSTANCE, Some(i.clone())));
@@ -743,6 +752,16 @@ fn from_given(given: BTreeMap<&'static str, Given>) -> Result<LaunchArgs> {
     }
     let mode = v.parsed(flag::MODE, "boot or incoming")?;
     let instance = v.text(flag::INSTANCE)?.filter(|i| !i.trim().is_empty());
+    let image_root = match v.text(flag::IMAGE_ROOT)? {
+        None => None,
+        Some(r) => {
+            if let Some(p) = crate::limits::boot_path_problem("image root", r.trim_end_matches('/'))
+            {
+                return Err(bad(flag::IMAGE_ROOT, p));
+            }
+            Some(PathBuf::from(r))
+        }
+    };
     Ok(LaunchArgs {
         name,
         vcpus,
@@ -762,6 +781,7 @@ fn from_given(given: BTreeMap<&'static str, Given>) -> Result<LaunchArgs> {
         mode,
         kvm,
         instance,
+        image_root,
     })
 }
 
@@ -821,6 +841,7 @@ mod tests {
             mode: Mode::Boot,
             kvm: false,
             instance: Some("vm1-launcher".into()),
+            image_root: None,
         }
     }
 
@@ -1155,6 +1176,8 @@ mod tests {
                 prop_oneof![Just(Mode::Boot), Just(Mode::Incoming)],
                 any::<bool>(),
                 proptest::option::of(name()),
+                // a plain path: parse refuses an image root with '.' or '..'
+                proptest::option::of("(/[a-z0-9_-]{1,8}){1,4}".prop_map(PathBuf::from)),
             ),
         )
             .prop_map(
@@ -1164,7 +1187,7 @@ mod tests {
                     (libvirt_uri, peer_libvirt_uri),
                     (host, ovs_db, bridge),
                     (ip, port, token, state_file),
-                    (mode, kvm, instance),
+                    (mode, kvm, instance, image_root),
                 )| LaunchArgs {
                     name,
                     vcpus,
@@ -1184,6 +1207,7 @@ mod tests {
                     mode,
                     kvm,
                     instance,
+                    image_root,
                 },
             )
     }

@@ -54,6 +54,22 @@ pub fn boot_path_problem(what: &str, path: &str) -> Option<String> {
     Some(format!("{what} path {path:?} {problem}"))
 }
 
+/// What is wrong with a boot file's path (`what`) given the admin's image store `root`, if
+/// anything (lexical: both are plain absolute paths, see [`boot_path_problem`]; the shim
+/// also resolves symbolic links on the node).
+pub fn outside_root_problem(what: &str, path: &str, root: &str) -> Option<String> {
+    let root = root.trim_end_matches('/');
+    let inside = path
+        .strip_prefix(root)
+        .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1);
+    (!inside).then(|| {
+        format!(
+            "{what} path {path:?} is outside the image store {root}: boot files must be under \
+             the directory the administrator set (roam-controller --image-root)"
+        )
+    })
+}
+
 /// What is wrong with a kernel command line, if anything.
 pub fn cmdline_problem(cmdline: &str) -> Option<String> {
     if cmdline.chars().any(char::is_control) {
@@ -164,6 +180,31 @@ mod tests {
         let long = "p".repeat(MAX_OVN_PORT + 1);
         for bad in ["", "a/b", "a,b", "p ", " p", "a\tb", long.as_str()] {
             assert!(ovn_port_problem(bad).is_some(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn boot_files_must_be_in_the_image_store() {
+        let root = "/var/lib/roam/images";
+        for ok in [
+            "/var/lib/roam/images/vmlinuz",
+            "/var/lib/roam/images/a/disk.qcow2",
+        ] {
+            assert_eq!(outside_root_problem("kernel", ok, root), None, "{ok}");
+            assert_eq!(
+                outside_root_problem("kernel", ok, "/var/lib/roam/images/"),
+                None
+            );
+        }
+        for bad in [
+            "/etc/shadow",
+            "/var/lib/roam/images",
+            "/var/lib/roam/images/",
+            "/var/lib/roam/images-evil/x",
+            "/var/lib/roam",
+        ] {
+            let p = outside_root_problem("disk image", bad, root).expect(bad);
+            assert!(p.contains("outside the image store"), "{p}");
         }
     }
 

@@ -53,6 +53,8 @@ pub struct ShimConfig {
     /// Who runs this shim (a launcher pod's name), echoed in the status: a client tells this
     /// shim from an older one of the same VM on the same node by it.
     pub instance: Option<String>,
+    /// The admin's image store: every boot file must resolve under it (`--image-root`).
+    pub image_root: Option<PathBuf>,
 }
 
 impl ShimConfig {
@@ -128,6 +130,7 @@ fn build(args: LaunchArgs, read_token: impl FnOnce(&Path) -> Result<String>) -> 
         mode: args.mode,
         accel: if args.kvm { Accel::Kvm } else { Accel::Tcg },
         instance: args.instance,
+        image_root: args.image_root,
     })
 }
 
@@ -174,7 +177,7 @@ pub fn load(args: &[String]) -> Result<ShimConfig> {
             .map_err(|e| config_err(format!("cannot read the token file {}: {e}", p.display())))?;
         parse_token(p, &text)
     })?;
-    check_files(&cfg.vm)?;
+    check_files(&cfg.vm, cfg.image_root.as_deref())?;
     if let Some(dir) = cfg.state_file.parent()
         && !dir.is_dir()
     {
@@ -187,23 +190,49 @@ pub fn load(args: &[String]) -> Result<ShimConfig> {
     Ok(cfg)
 }
 
-/// The boot files exist and are regular files.
-pub fn check_files(vm: &VmSpec) -> Result<()> {
+/// The boot files exist and are regular files, and, with the admin's image store `root`,
+/// resolve (symbolic links followed) to files under it: a link inside the store that leads
+/// out of it is refused, as is a path that only looks inside.
+pub fn check_files(vm: &VmSpec, root: Option<&Path>) -> Result<()> {
     let files: Vec<(&str, &Path)> = match &vm.boot {
         Boot::Kernel { kernel, initrd, .. } => std::iter::once(("kernel", kernel.as_path()))
             .chain(initrd.iter().map(|i| ("initrd", i.as_path())))
             .collect(),
         Boot::Disk { image, .. } => vec![("disk image", image.as_path())],
     };
+    let invalid = |problem: String| Error::InvalidSpec {
+        vm: vm.name.clone(),
+        problem,
+    };
+    let root = match root {
+        None => None,
+        Some(r) => Some(std::fs::canonicalize(r).map_err(|e| {
+            invalid(format!(
+                "the image store {} cannot be read on this node ({e}): the administrator's \
+                 --image-root must exist on every node",
+                r.display()
+            ))
+        })?),
+    };
     for (what, p) in files {
         if !p.is_file() {
-            return Err(Error::InvalidSpec {
-                vm: vm.name.clone(),
-                problem: format!(
-                    "{what} {} does not exist or is not a file: give the path of the {what} on this node",
-                    p.display()
-                ),
-            });
+            return Err(invalid(format!(
+                "{what} {} does not exist or is not a file: give the path of the {what} on this node",
+                p.display()
+            )));
+        }
+        if let Some(root) = &root {
+            let real = std::fs::canonicalize(p)
+                .map_err(|e| invalid(format!("{what} {}: {e}", p.display())))?;
+            if !real.starts_with(root) {
+                return Err(invalid(format!(
+                    "{what} {} resolves to {}, outside the image store {}: boot files must be \
+                     in the store (a symbolic link out of it is refused)",
+                    p.display(),
+                    real.display(),
+                    root.display()
+                )));
+            }
         }
     }
     Ok(())
@@ -461,7 +490,46 @@ mod tests {
     #[test]
     fn a_missing_kernel_is_named() {
         let c = build_ok(parse_args(None, &full_flags()).unwrap()).unwrap();
-        let err = check_files(&c.vm).unwrap_err().to_string();
+        let err = check_files(&c.vm, None).unwrap_err().to_string();
         assert!(err.contains("kernel /k does not exist"), "{err}");
+    }
+
+    #[test]
+    fn a_boot_file_that_resolves_outside_the_image_store_is_refused() {
+        let dir = std::env::temp_dir().join(format!("roam-image-root-{}", std::process::id()));
+        let store = dir.join("images");
+        std::fs::create_dir_all(&store).unwrap();
+        let outside = dir.join("secret");
+        std::fs::write(&outside, "not a kernel").unwrap();
+        std::fs::write(store.join("vmlinuz"), "kernel").unwrap();
+        std::os::unix::fs::symlink(&outside, store.join("escape")).unwrap();
+        std::os::unix::fs::symlink("vmlinuz", store.join("alias")).unwrap();
+        let vm = |kernel: PathBuf| VmSpec {
+            boot: Boot::Kernel {
+                kernel,
+                initrd: None,
+                cmdline: String::new(),
+            },
+            ..build_ok(parse_args(None, &full_flags()).unwrap())
+                .unwrap()
+                .vm
+        };
+        check_files(&vm(store.join("vmlinuz")), Some(&store)).unwrap();
+        check_files(&vm(store.join("alias")), Some(&store)).expect("a link within the store");
+        check_files(&vm(outside.clone()), None).expect("no store: any file");
+        for (kernel, says) in [
+            (store.join("escape"), "resolves to"),
+            (outside.clone(), "outside the image store"),
+        ] {
+            let e = check_files(&vm(kernel.clone()), Some(&store))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{kernel:?}: {e}");
+        }
+        let e = check_files(&vm(store.join("vmlinuz")), Some(&dir.join("none")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot be read on this node"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -354,7 +354,7 @@ impl Shim {
 
     async fn boot(&self) -> Result<()> {
         let cfg = &self.inner.cfg;
-        crate::config::check_files(&cfg.vm)?;
+        crate::config::check_files(&cfg.vm, cfg.image_root.as_deref())?;
         let xml = domain::domain_xml(&cfg.vm, cfg.accel)?;
         self.plumb().await?;
         let conn = self.inner.conn.clone();

@@ -483,6 +483,7 @@ pub(super) fn config() -> Config {
             vm_log_dir: "/var/log/roam".into(),
             priority_class: None,
             node_pki_dir: None,
+            image_root: None,
         },
         pki: None,
     }

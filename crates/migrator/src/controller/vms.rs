@@ -438,6 +438,7 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
             &vm.namespace().unwrap_or_default(),
             &vm.name_any(),
             &vm.spec,
+            ctx.config.vm.image_root.as_deref(),
         );
         if !problems.is_empty() {
             let e = Error::InvalidVm {

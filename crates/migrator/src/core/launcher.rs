@@ -53,6 +53,11 @@ pub struct VmConfig {
     /// CA), mounted read-only into the launcher's libvirtd: migrations then go over TLS with
     /// the node certificates (`peer_libvirt_uri` is `qemu+tls://…`). `None`: plain TCP.
     pub node_pki_dir: Option<String>,
+    /// The admin's image store on the nodes: every boot file must be under it (checked
+    /// before anything is created, and by the shim with symbolic links resolved), and it is
+    /// the only host directory of boot files the launcher mounts (read-only). `None`: any
+    /// absolute path, its directory mounted.
+    pub image_root: Option<String>,
 }
 
 /// Whether `p` is a VM launcher pod.
@@ -239,6 +244,10 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
             }
         }
     };
+    if let Some(root) = &cfg.image_root {
+        // the image store is the one host directory of boot files in the pod
+        host_dirs = BTreeSet::from([root.trim_end_matches('/').to_string()]);
+    }
     if l.nics.is_empty() {
         return Err(invalid("a launcher pod without a NIC".into()));
     }
@@ -292,6 +301,7 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         mode: l.mode,
         kvm: false,
         instance: Some(l.pod.clone()),
+        image_root: cfg.image_root.as_ref().map(PathBuf::from),
     }
     .to_args();
     let mut volumes = vec![
@@ -433,6 +443,7 @@ mod tests {
             vm_log_dir: "/var/log/roam".into(),
             priority_class: None,
             node_pki_dir: None,
+            image_root: None,
         }
     }
 

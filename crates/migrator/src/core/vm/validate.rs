@@ -6,7 +6,7 @@
 use roam_contract::annotation::MAX_INTERFACES;
 use roam_shim_api::limits::{
     MAX_MEMORY_MIB, MAX_NICS, MAX_VCPUS, MIN_MEMORY_MIB, boot_path_problem, cmdline_problem,
-    disk_format_problem, domain_name_problem,
+    disk_format_problem, domain_name_problem, outside_root_problem,
 };
 
 use crate::api::{Boot, VirtualMachineSpec};
@@ -19,9 +19,15 @@ pub const MAX_NAME: usize = 63;
 const _: () = assert!(MAX_INTERFACES <= MAX_NICS);
 
 /// Every problem of VM `ns/name`'s spec that no retry can fix, each saying what is allowed;
-/// empty: it may be started. Interfaces are checked later against the Networks
-/// ([`super::resolve_vm`]), node capacity against the chosen node.
-pub fn problems(ns: &str, name: &str, spec: &VirtualMachineSpec) -> Vec<String> {
+/// empty: it may be started. Boot files must be under `image_root` when the admin set one.
+/// Interfaces are checked later against the Networks ([`super::resolve_vm`]), node capacity
+/// against the chosen node.
+pub fn problems(
+    ns: &str,
+    name: &str,
+    spec: &VirtualMachineSpec,
+    image_root: Option<&str>,
+) -> Vec<String> {
     let mut out = Vec::new();
     if name.len() > MAX_NAME {
         out.push(format!(
@@ -66,6 +72,19 @@ pub fn problems(ns: &str, name: &str, spec: &VirtualMachineSpec) -> Vec<String> 
             out.extend(disk_format_problem(format));
         }
     }
+    if let Some(root) = image_root {
+        let files: Vec<(&str, &str)> = match &spec.boot {
+            Boot::Kernel { kernel, initrd, .. } => std::iter::once(("kernel", kernel.as_str()))
+                .chain(initrd.iter().map(|i| ("initrd", i.as_str())))
+                .collect(),
+            Boot::Disk { image, .. } => vec![("disk image", image.as_str())],
+        };
+        out.extend(
+            files
+                .into_iter()
+                .filter_map(|(what, path)| outside_root_problem(what, path, root)),
+        );
+    }
     out
 }
 
@@ -83,14 +102,36 @@ mod tests {
     }
 
     fn refused(ns: &str, name: &str, s: &VirtualMachineSpec, needle: &str) {
-        let p = problems(ns, name, s);
+        let p = problems(ns, name, s, None);
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(p[0].contains(needle), "{needle:?} not in {p:?}");
     }
 
     #[test]
+    fn boot_files_outside_the_admins_image_store_are_refused() {
+        let root = Some("/g");
+        assert!(problems("ns", "demo", &spec(), root).is_empty());
+        let p = problems("ns", "demo", &spec(), Some("/var/lib/roam/images"));
+        assert_eq!(p.len(), 2, "kernel and initrd: {p:?}");
+        assert!(
+            p.iter().all(|p| p.contains("outside the image store")),
+            "{p:?}"
+        );
+        let shadow = VirtualMachineSpec {
+            boot: Boot::Disk {
+                image: "/etc/shadow".into(),
+                format: "raw".into(),
+            },
+            ..spec()
+        };
+        let p = problems("ns", "d", &shadow, Some("/var/lib/roam/images"));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains("disk image path \"/etc/shadow\""), "{p:?}");
+    }
+
+    #[test]
     fn a_good_spec_has_no_problem() {
-        assert!(problems("ns", "demo", &spec()).is_empty());
+        assert!(problems("ns", "demo", &spec(), None).is_empty());
     }
 
     #[test]
@@ -98,7 +139,7 @@ mod tests {
         for (cpu, ok) in [(0, false), (1, true), (255, true), (256, false)] {
             let mut s = spec();
             s.cpu = cpu;
-            assert_eq!(problems("ns", "demo", &s).is_empty(), ok, "{cpu}");
+            assert_eq!(problems("ns", "demo", &s, None).is_empty(), ok, "{cpu}");
         }
         let mut s = spec();
         s.cpu = 0;
@@ -115,7 +156,7 @@ mod tests {
         ] {
             let mut s = spec();
             s.memory_mib = mib;
-            assert_eq!(problems("ns", "demo", &s).is_empty(), ok, "{mib}");
+            assert_eq!(problems("ns", "demo", &s, None).is_empty(), ok, "{mib}");
         }
     }
 
@@ -129,20 +170,20 @@ mod tests {
             .collect();
         refused("ns", "demo", &s, "at most 8");
         s.interfaces.pop();
-        assert!(problems("ns", "demo", &s).is_empty());
+        assert!(problems("ns", "demo", &s, None).is_empty());
     }
 
     #[test]
     fn a_name_longer_than_a_label_value_is_refused() {
-        let p = problems("n", &"v".repeat(64), &spec());
+        let p = problems("n", &"v".repeat(64), &spec(), None);
         assert!(p[0].contains("at most 63"), "{p:?}");
-        assert!(problems("n", &"v".repeat(60), &spec()).is_empty());
+        assert!(problems("n", &"v".repeat(60), &spec(), None).is_empty());
     }
 
     #[test]
     fn namespace_and_name_longer_than_a_domain_name_are_refused() {
         refused(&"n".repeat(30), &"v".repeat(33), &spec(), "together");
-        assert!(problems(&"n".repeat(30), &"v".repeat(32), &spec()).is_empty());
+        assert!(problems(&"n".repeat(30), &"v".repeat(32), &spec(), None).is_empty());
     }
 
     #[test]
@@ -181,7 +222,7 @@ mod tests {
             },
             ..spec()
         };
-        assert!(problems("ns", "d", &disk("/images/d.qcow2", "qcow2")).is_empty());
+        assert!(problems("ns", "d", &disk("/images/d.qcow2", "qcow2"), None).is_empty());
         refused(
             "ns",
             "d",
@@ -196,6 +237,6 @@ mod tests {
         let mut s = spec();
         s.cpu = 0;
         s.memory_mib = 1;
-        assert_eq!(problems("ns", "demo", &s).len(), 2);
+        assert_eq!(problems("ns", "demo", &s, None).len(), 2);
     }
 }
