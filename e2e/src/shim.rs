@@ -118,6 +118,7 @@ impl ShimProcess {
             kvm: false,
             instance: None,
             image_root: None,
+            pki_dir: None,
         }
     }
 

@@ -22,7 +22,10 @@
 //! of the node link during the first one holds a control string sent in clear between the
 //! nodes but not a marker the guest holds in memory (on its kernel command line); the
 //! launcher's libvirtd refuses plain TCP and a client whose certificate another CA signed,
-//! and takes one with node-a's certificate.
+//! and takes one with node-a's certificate. Between the two legs the roam CA is replaced
+//! while the VM runs (README: Certificates rotate): every node gets a certificate of the new
+//! CA, the guest's TCP stream lives through it, and the way back migrates on the new
+//! certificates.
 
 mod migration_fixture;
 
@@ -171,6 +174,8 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
         );
         if to == "node-b" {
             libvirt_takes_only_roam_certificates(&lab, &v);
+            // the way back runs on certificates of a new CA, replaced while the VM runs
+            rotate_the_ca(&lab, cli_ns, &ip);
         }
     }
 
@@ -333,6 +338,104 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
     wait_until(LONG, "the guest answers after its reboot", || {
         cli_ns.ping_once(&ip).then_some(())
     });
+}
+
+/// The CA replaced as the README says (delete the Secret `roam-system/roam-ca`, restart
+/// roam-controller) with the VM running and a TCP stream to it: a new CA is published, every
+/// node's roam-node gets a certificate of it (same key) within its check period, and the
+/// stream and the guest never notice. The next migration (the way back) runs on the new
+/// certificates.
+fn rotate_the_ca(lab: &Lab, cli_ns: &roam_e2e::TestNetns, ip: &str) {
+    let ca_of = |lab: &Lab| {
+        kubectl(
+            lab,
+            &[
+                "-n",
+                "roam-system",
+                "get",
+                "configmap",
+                "roam-ca",
+                "-o",
+                "jsonpath={.data.ca\\.crt}",
+            ],
+        )
+    };
+    let node_file = |node: &str, file: &str| {
+        std::fs::read_to_string(lab.node_path(node, &format!("/var/lib/roam/pki/{file}")))
+            .unwrap_or_default()
+    };
+    let old_ca = ca_of(lab);
+    let old_keys: Vec<(String, String)> = lab
+        .nodes()
+        .into_iter()
+        .map(|n| {
+            let key = node_file(&n, "node.key");
+            assert!(
+                roam_pki::signed_by(&node_file(&n, "node.crt"), &old_ca),
+                "{n}: a certificate of the current CA before the rotation"
+            );
+            (n, key)
+        })
+        .collect();
+    let (stream, stop) = Stream::start(lab, cli_ns, ip);
+    kubectl(lab, &["-n", "roam-system", "delete", "secret", "roam-ca"]);
+    kubectl(
+        lab,
+        &[
+            "-n",
+            "roam-system",
+            "rollout",
+            "restart",
+            "deploy/roam-controller",
+        ],
+    );
+    kubectl(
+        lab,
+        &[
+            "-n",
+            "roam-system",
+            "rollout",
+            "status",
+            "deploy/roam-controller",
+            "--timeout=180s",
+        ],
+    );
+    let new_ca = wait_until(LONG, "a new roam CA published", || {
+        let ca = ca_of(lab);
+        (!ca.is_empty() && ca != old_ca).then_some(ca)
+    });
+    assert!(roam_pki::cert_info(&new_ca).unwrap().is_ca, "{new_ca}");
+    for (node, key) in &old_keys {
+        let cert = roam_e2e::wait_until_else(
+            LONG,
+            &format!("{node}: a certificate of the new CA"),
+            || {
+                let cert = node_file(node, "node.crt");
+                roam_pki::signed_by(&cert, &new_ca).then_some(cert)
+            },
+            || {
+                kubectl(
+                    lab,
+                    &["-n", "roam-system", "logs", "ds/roam-node", "--tail=30"],
+                )
+            },
+        );
+        assert!(
+            !roam_pki::signed_by(&cert, &old_ca),
+            "{node}: the old CA did not sign the new certificate"
+        );
+        assert_eq!(&node_file(node, "node.key"), key, "{node} keeps its key");
+        assert_eq!(
+            roam_pki::cert_info(&cert).unwrap().common_name.as_deref(),
+            Some(node.as_str())
+        );
+    }
+    assert!(cli_ns.ping_once(ip), "the guest answers after the rotation");
+    let out = stream.stop(&stop);
+    assert!(
+        out.starts_with("OK"),
+        "the TCP stream lived through the CA rotation: {out}"
+    );
 }
 
 /// `kubectl -n kube-system rollout restart ds/roam-cni` with the H8 VM running and a TCP

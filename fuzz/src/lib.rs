@@ -977,14 +977,19 @@ where
 /// ([`TokenDigest::parse_hex`]).
 ///
 /// Invariants: every body that parses serializes and parses back to the same value; a
-/// migrate request that validates has a `http://HOST:PORT` target, a non-blank token,
+/// migrate request that validates has a `http://HOST:PORT` target, or an `https://` one and
+/// a target node (whose certificate the target must present), a non-blank token,
 /// and its limits in range, and its timeout is the one asked for (or the default); a digest
 /// that parses prints as the lowercase of its (trimmed) text.
 pub fn shim_api_request(data: &[u8]) {
     if let Some(r) = round_trip::<api::MigrateRequest>(data)
         && r.validate().is_ok()
     {
-        assert!(r.target.starts_with("http://"));
+        assert!(r.target.starts_with("http://") || r.target.starts_with("https://"));
+        assert_eq!(r.uses_tls(), r.target.starts_with("https://"));
+        if r.uses_tls() {
+            assert!(r.target_node.as_deref().is_some_and(|n| !n.is_empty()));
+        }
         assert!(!r.target_token.trim().is_empty());
         assert!(
             r.bandwidth_mib_s

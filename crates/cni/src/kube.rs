@@ -10,7 +10,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use roam_contract::annotation::{PodAddress, parse_addresses};
 use roam_contract::keys::{ADDRESSES, ERROR_ANNOTATION};
-use roam_contract::owner::{OwnerRef, owner_key};
+use roam_contract::owner::{owner_key, refs_of};
 
 use crate::error::{Error, Result};
 
@@ -63,18 +63,7 @@ pub async fn wait_addresses(
                         pod: name.into(),
                         source: Box::new(source),
                     })?;
-                    let owners: Vec<OwnerRef<'_>> = pod
-                        .metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .map(|o| OwnerRef {
-                            api_version: &o.api_version,
-                            kind: &o.kind,
-                            name: &o.name,
-                            controller: o.controller == Some(true),
-                        })
-                        .collect();
+                    let owners = refs_of(pod.metadata.owner_references.as_ref());
                     let owner = owner_key(namespace, name, &labels, &owners);
                     match first_problem(&addresses, &list, &owner, node.as_deref()).await {
                         Ok(None) => return Ok(list),

@@ -54,6 +54,22 @@ impl OwnerRef<'_> {
     }
 }
 
+/// A pod's ownerReferences (`metadata.ownerReferences`) as [`OwnerRef`]s.
+#[cfg(feature = "k8s")]
+pub fn refs_of(
+    refs: Option<&Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>,
+) -> Vec<OwnerRef<'_>> {
+    refs.into_iter()
+        .flatten()
+        .map(|o| OwnerRef {
+            api_version: &o.api_version,
+            kind: &o.kind,
+            name: &o.name,
+            controller: o.controller == Some(true),
+        })
+        .collect()
+}
+
 /// The owner key of pod `namespace/name` with `labels` and `owners` (its ownerReferences):
 /// the VirtualMachine its [`VM_LABEL`] names (a VM's launcher pods — both of a migration —
 /// share it) when that VM of the pod's own namespace is also the pod's controlling

@@ -234,6 +234,12 @@ fn parse() -> anyhow::Result<Flags> {
         },
         node_pki_dir: match get("node-pki-dir") {
             Some(d) if !d.starts_with('/') => bail!("--node-pki-dir {d:?}: give an absolute path"),
+            // the launchers' API is then mutual TLS: this controller's client certificate
+            // comes from the roam CA it holds
+            Some(d) if get("pki-namespace").is_none() => bail!(
+                "--node-pki-dir {d:?}: the launchers then take only roam CA client certificates, \
+                 which roam-controller issues itself from the CA it keeps: give --pki-namespace too"
+            ),
             d => d,
         },
         pki: match get("pki-namespace") {

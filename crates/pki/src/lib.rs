@@ -31,6 +31,11 @@ pub use error::{Error, Result};
 /// The `signerName` of roam's node certificates.
 pub const SIGNER_NAME: &str = "roam.dev/node";
 
+/// The common name of roam-controller's client certificate for the node API. No node can
+/// have it: a Node's name is a DNS subdomain (no `:`), and [`review`] signs only a node's own
+/// name.
+pub const CONTROLLER_NAME: &str = "system:roam-controller";
+
 /// The Kubernetes user name prefix of a node's credential.
 const NODE_USER_PREFIX: &str = "system:node:";
 /// The group every node's credential carries.
@@ -137,6 +142,31 @@ impl Ca {
             .signed_by(&csr.public_key, &self.issuer)
             .map_err(|e| Error::Certificate(e.to_string()))?;
         Ok(cert.pem())
+    }
+}
+
+impl Ca {
+    /// A new key and roam-controller's client certificate ([`CONTROLLER_NAME`], TLS client
+    /// only, no names to serve under), valid from `now` for `validity`: the controller,
+    /// which holds the CA, issues it to itself for the node API.
+    pub fn controller_identity(
+        &self,
+        now: SystemTime,
+        validity: Duration,
+    ) -> Result<(String, String)> {
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(Error::key)?;
+        let mut params = CertificateParams::default();
+        params.distinguished_name = name(CONTROLLER_NAME);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.use_authority_key_identifier_extension = true;
+        (params.not_before, params.not_after) = window(now, validity)?;
+        params.serial_number = Some(serial()?);
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(|e| Error::Certificate(e.to_string()))?;
+        Ok((key.serialize_pem(), cert.pem()))
     }
 }
 
@@ -350,6 +380,17 @@ pub fn cert_info(pem: &str) -> Result<CertInfo> {
         is_ca: c.is_ca(),
         public_key: c.public_key().raw.to_vec(),
     })
+}
+
+/// The subject's common name of a DER certificate (e.g. the client certificate a TLS
+/// server verified), if it has one as text.
+pub fn common_name_der(der: &[u8]) -> Option<String> {
+    let c = parsed(der).ok()?;
+    c.subject()
+        .iter_common_name()
+        .next()
+        .and_then(|a| a.as_str().ok())
+        .map(str::to_string)
 }
 
 /// Whether the first certificate of `cert_pem` is signed by one of the certificates of

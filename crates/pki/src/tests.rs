@@ -234,3 +234,26 @@ fn base64(b: &[u8]) -> String {
     }
     out
 }
+
+#[test]
+fn the_controller_identity_is_a_client_certificate_no_node_can_have() {
+    let ca = ca();
+    let (key, cert) = ca.controller_identity(SystemTime::now(), DAY).unwrap();
+    let info = cert_info(&cert).unwrap();
+    assert_eq!(info.common_name.as_deref(), Some(CONTROLLER_NAME));
+    assert!(info.dns_names.is_empty() && info.ips.is_empty(), "{info:?}");
+    assert!(!info.is_ca);
+    assert!(signed_by(&cert, ca.cert_pem()));
+    assert!(key_matches(&cert, &key));
+    let der = first_der(&cert).unwrap();
+    assert_eq!(common_name_der(&der).as_deref(), Some(CONTROLLER_NAME));
+    assert_eq!(common_name_der(b"not a certificate"), None);
+    // a node may not ask for it: its name is no node's own
+    let request = node_request(&new_key().unwrap(), CONTROLLER_NAME).unwrap();
+    let asker = Requester {
+        username: "system:node:node-a",
+        groups: &nodes_group(),
+    };
+    let refused = review(request.as_bytes(), asker, |n| Some(node_facts(n, 1))).unwrap_err();
+    assert_eq!(refused.reason, "NotItsOwnName", "{refused:?}");
+}

@@ -216,7 +216,8 @@ pub struct PreparedNic {
 /// `POST /v1/migrate`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MigrateRequest {
-    /// The target shim, `http://HOST:PORT`.
+    /// The target shim, `https://HOST:PORT` (over mutual TLS, when the shims have their
+    /// nodes' identities) or `http://HOST:PORT`.
     pub target: String,
     /// The target shim's token.
     pub target_token: String,
@@ -259,15 +260,29 @@ pub const MAX_TIMEOUT_S: u64 = 86_400;
 impl MigrateRequest {
     /// Check the request; the error says what is wrong and what is allowed.
     pub fn validate(&self) -> Result<(), String> {
+        let use_form = || {
+            format!(
+                "target {:?}: use https://HOST:PORT or http://HOST:PORT",
+                self.target
+            )
+        };
         let hostport = self
             .target
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("target {:?}: use http://HOST:PORT", self.target))?;
+            .strip_prefix("https://")
+            .or_else(|| self.target.strip_prefix("http://"))
+            .ok_or_else(use_form)?;
         let hostport = hostport.strip_suffix('/').unwrap_or(hostport);
         match hostport.rsplit_once(':') {
             Some((h, p))
                 if !h.is_empty() && !h.contains('/') && p.parse::<u16>().is_ok_and(|p| p != 0) => {}
-            _ => return Err(format!("target {:?}: use http://HOST:PORT", self.target)),
+            _ => return Err(use_form()),
+        }
+        if self.uses_tls() && self.target_node.as_deref().is_none_or(str::is_empty) {
+            return Err(format!(
+                "target {:?}: over TLS the request names the target node (target_node), whose \
+                 certificate the target must present",
+                self.target
+            ));
         }
         if self.target_token.trim().is_empty() {
             return Err("target_token is empty: give the target shim's token".into());
@@ -328,6 +343,11 @@ impl MigrateRequest {
             ));
         }
         Ok(())
+    }
+
+    /// Whether the target is reached over TLS (`https://`).
+    pub fn uses_tls(&self) -> bool {
+        self.target.starts_with("https://")
     }
 
     /// The timeout in effect.
@@ -560,7 +580,14 @@ mod tests {
         let minimal: MigrateRequest =
             serde_json::from_str(r#"{"target":"http://h:1","target_token":"t"}"#).unwrap();
         minimal.validate().unwrap();
+        assert!(!minimal.uses_tls());
         assert_eq!(minimal.timeout().as_secs(), DEFAULT_TIMEOUT_S);
+        let tls: MigrateRequest = serde_json::from_str(
+            r#"{"target":"https://10.0.0.2:1","target_token":"t","target_node":"node-b"}"#,
+        )
+        .unwrap();
+        tls.validate().unwrap();
+        assert!(tls.uses_tls());
     }
 
     #[test]
@@ -572,8 +599,15 @@ mod tests {
                 "http://HOST:PORT",
             ),
             (
-                Box::new(|r| r.target = "https://h:1".into()),
-                "http://HOST:PORT",
+                Box::new(|r| r.target = "ftp://h:1".into()),
+                "https://HOST:PORT or http://HOST:PORT",
+            ),
+            (
+                Box::new(|r| {
+                    r.target = "https://h:1".into();
+                    r.target_node = None;
+                }),
+                "names the target node",
             ),
             (
                 Box::new(|r| r.target = "http://h".into()),

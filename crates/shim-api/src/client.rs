@@ -1,21 +1,25 @@
 //! A small async client of the shim's API (see [`crate::api`]): what a source shim uses to
 //! prepare its target, and what the migrator uses to drive and watch a migration.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Method, Request};
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls_pki_types::ServerName;
 use serde::de::DeserializeOwned;
 
 use crate::api::{
     self, Announced, ApiError, Events, Health, Job, MigrateRequest, Prepared, Status, TornDown,
     path,
 };
+use crate::tls::ClientTls;
 use crate::{Error, Result};
 
 /// An error with its causes: hyper's own message ("client error (Connect)") says little.
@@ -50,12 +54,35 @@ const _: () = assert!(
 pub struct ShimClient {
     base: String,
     token: String,
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
 impl ShimClient {
-    /// A client of the shim at `base` (`http://HOST:PORT`) with the VM's `token`.
+    /// A client of the shim at `base` (`http://HOST:PORT`) with the VM's `token`, over plain
+    /// HTTP (a shim without its node's identity).
     pub fn new(base: &str, token: &str) -> Result<ShimClient> {
+        if !base.starts_with("http://") {
+            return Err(Error::BadRequest(format!(
+                "{base:?}: a plain client takes http://HOST:PORT; https needs the client's TLS \
+                 identity (ShimClient::with_tls)"
+            )));
+        }
+        Self::build(base, token, None)
+    }
+
+    /// A client of the shim at `base` (`https://HOST:PORT`) over mutual TLS: it presents
+    /// `tls.identity` and takes only a certificate of the roam CA that names
+    /// `tls.server_name` (the node the shim should run on), whatever address it dials.
+    pub fn with_tls(base: &str, token: &str, tls: &ClientTls) -> Result<ShimClient> {
+        if !base.starts_with("https://") {
+            return Err(Error::BadRequest(format!(
+                "{base:?}: a TLS client takes https://HOST:PORT"
+            )));
+        }
+        Self::build(base, token, Some(tls))
+    }
+
+    fn build(base: &str, token: &str, tls: Option<&ClientTls>) -> Result<ShimClient> {
         let probe = MigrateRequest {
             target: base.into(),
             target_token: token.into(),
@@ -64,13 +91,42 @@ impl ShimClient {
             auto_converge: false,
             post_copy: false,
             timeout_s: None,
-            target_node: None,
+            target_node: tls.map(|t| t.server_name.clone()),
             target_address: None,
         };
         probe.validate().map_err(Error::BadRequest)?;
         let mut conn = HttpConnector::new();
         conn.set_connect_timeout(Some(Duration::from_secs(5)));
         conn.set_nodelay(true);
+        // the TLS layer wraps it (it refuses https itself otherwise)
+        conn.enforce_http(false);
+        let conn = match tls {
+            Some(t) => {
+                let name = ServerName::try_from(t.server_name.clone()).map_err(|e| {
+                    Error::BadRequest(format!("node name {:?}: {e}", t.server_name))
+                })?;
+                hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(t.identity.client_config()?)
+                    .https_only()
+                    .with_server_name_resolver(FixedServerNameResolver::new(name))
+                    .enable_http1()
+                    .wrap_connector(conn)
+            }
+            // plain http:// only (checked above): the TLS settings are never used
+            None => hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(
+                    tokio_rustls::rustls::ClientConfig::builder_with_provider(Arc::new(
+                        tokio_rustls::rustls::crypto::ring::default_provider(),
+                    ))
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| Error::Tls(e.to_string()))?
+                    .with_root_certificates(tokio_rustls::rustls::RootCertStore::empty())
+                    .with_no_client_auth(),
+                )
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(conn),
+        };
         Ok(ShimClient {
             base: base.trim_end_matches('/').to_string(),
             token: token.to_string(),

@@ -32,6 +32,9 @@ pub enum Error {
         /// What went wrong.
         message: String,
     },
+    /// The TLS identity (key, certificate, CA) could not be read or used.
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 impl Error {
@@ -47,6 +50,8 @@ impl Error {
                 status: Some(s), ..
             } => (400..500).contains(s) && !matches!(s, 408 | 409 | 429),
             Error::Peer { status: None, .. } => false,
+            // the node's files: roam-node renews them; a later try may find them
+            Error::Tls(_) => false,
         }
     }
 }

@@ -95,6 +95,8 @@ pub mod flag {
     pub const INSTANCE: &str = "--instance";
     /// The admin's image store: every boot file must resolve under it.
     pub const IMAGE_ROOT: &str = "--image-root";
+    /// The node's roam identity (roam-node's directory): the API over mutual TLS.
+    pub const PKI_DIR: &str = "--pki-dir";
 
     /// Every flag of [`super::LaunchArgs`] (not [`CONFIG`]).
     pub const ALL: &[&str] = &[
@@ -125,6 +127,7 @@ pub mod flag {
         KVM,
         INSTANCE,
         IMAGE_ROOT,
+        PKI_DIR,
     ];
 }
 
@@ -363,6 +366,10 @@ pub struct LaunchArgs {
     /// The admin's image store (`--image-root`): every boot file must resolve (symbolic
     /// links followed) to a file under it. `None`: any absolute path.
     pub image_root: Option<PathBuf>,
+    /// The node's roam identity (`--pki-dir`: `node.key`, `node.crt`, `ca.crt`, kept by
+    /// roam-node): the API is served over mutual TLS with the node's certificate, and a
+    /// migration's target is reached over it. `None`: plain HTTP.
+    pub pki_dir: Option<PathBuf>,
 }
 
 /// A value as given, before its type is checked.
@@ -475,6 +482,9 @@ impl LaunchArgs {
         }
         if let Some(r) = &self.image_root {
             out.push((flag::IMAGE_ROOT, path(r)));
+        }
+        if let Some(d) = &self.pki_dir {
+            out.push((flag::PKI_DIR, path(d)));
         }
         if let Some(i) = &self.instance {
             out.push((flag::INSTANCE, Some(i.clone())));
@@ -762,6 +772,17 @@ fn from_given(given: BTreeMap<&'static str, Given>) -> Result<LaunchArgs> {
             Some(PathBuf::from(r))
         }
     };
+    let pki_dir = match v.text(flag::PKI_DIR)? {
+        None => None,
+        Some(d) => {
+            if let Some(p) =
+                crate::limits::boot_path_problem("PKI directory", d.trim_end_matches('/'))
+            {
+                return Err(bad(flag::PKI_DIR, p));
+            }
+            Some(PathBuf::from(d))
+        }
+    };
     Ok(LaunchArgs {
         name,
         vcpus,
@@ -782,6 +803,7 @@ fn from_given(given: BTreeMap<&'static str, Given>) -> Result<LaunchArgs> {
         kvm,
         instance,
         image_root,
+        pki_dir,
     })
 }
 
@@ -842,6 +864,7 @@ mod tests {
             kvm: false,
             instance: Some("vm1-launcher".into()),
             image_root: None,
+            pki_dir: None,
         }
     }
 
@@ -1178,6 +1201,7 @@ mod tests {
                 proptest::option::of(name()),
                 // a plain path: parse refuses an image root with '.' or '..'
                 proptest::option::of("(/[a-z0-9_-]{1,8}){1,4}".prop_map(PathBuf::from)),
+                proptest::option::of("(/[a-z0-9_-]{1,8}){1,4}".prop_map(PathBuf::from)),
             ),
         )
             .prop_map(
@@ -1187,7 +1211,7 @@ mod tests {
                     (libvirt_uri, peer_libvirt_uri),
                     (host, ovs_db, bridge),
                     (ip, port, token, state_file),
-                    (mode, kvm, instance, image_root),
+                    (mode, kvm, instance, image_root, pki_dir),
                 )| LaunchArgs {
                     name,
                     vcpus,
@@ -1208,6 +1232,7 @@ mod tests {
                     kvm,
                     instance,
                     image_root,
+                    pki_dir,
                 },
             )
     }

@@ -23,6 +23,7 @@ pub mod events;
 pub mod launch;
 pub mod limits;
 pub mod serve;
+pub mod tls;
 pub mod token;
 
 pub use error::{Error, Result};

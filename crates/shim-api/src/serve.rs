@@ -42,7 +42,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::ServerConfig;
+
 use crate::api::ApiError;
+pub use crate::tls::Peer;
 
 pub use bytes::Bytes;
 pub use hyper::{Method, Request, Response, StatusCode, header};
@@ -221,22 +225,82 @@ where
     handler(Request::from_parts(parts, body)).await
 }
 
+/// Where a TLS server's settings come from: called for each connection, so that renewed
+/// files are used from the next connection on (an error drops that connection, logged).
+pub type TlsSource = Arc<dyn Fn() -> crate::Result<Arc<ServerConfig>> + Send + Sync>;
+
 /// Serve one connection until it closes, or until `stop` turns true (then finish the open
-/// request, if any, and close).
+/// request, if any, and close). With `tls` the TLS handshake comes first, within the
+/// header-read timeout; every request carries the [`Peer`] in its extensions.
 async fn connection<H, F>(
     stream: TcpStream,
+    tls: Option<TlsSource>,
     limits: Arc<Limits>,
     handler: Arc<H>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     _permit: OwnedSemaphorePermit,
 ) where
     H: Fn(Request<Bytes>) -> F + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let _ = stream.set_nodelay(true);
+    let Some(tls) = tls else {
+        return http(TokioIo::new(stream), Peer::Plain, limits, handler, stop).await;
+    };
+    let config = match tls() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("cannot serve TLS: {e}");
+            return;
+        }
+    };
+    let accepted = tokio::time::timeout(
+        limits.header_read_timeout,
+        TlsAcceptor::from(config).accept(stream),
+    )
+    .await;
+    let stream = match accepted {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            // a client without TLS, or one that refused the server's certificate, or whose
+            // certificate the roam CA did not sign: the client's business
+            tracing::debug!("TLS handshake: {e}");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("TLS handshake: not done within the header-read timeout");
+            return;
+        }
+    };
+    let peer = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map_or(Peer::Anonymous, |c| {
+            // the verifier checked it chains to the roam CA; a certificate without a common
+            // name names nobody roam knows
+            crate::tls::peer_name(c).map_or(Peer::Anonymous, Peer::Named)
+        });
+    http(TokioIo::new(stream), peer, limits, handler, stop).await;
+}
+
+/// HTTP/1.1 on an accepted connection (plain or TLS) from `peer`.
+async fn http<I, H, F>(
+    io: I,
+    peer: Peer,
+    limits: Arc<Limits>,
+    handler: Arc<H>,
+    mut stop: watch::Receiver<bool>,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    H: Fn(Request<Bytes>) -> F + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
     let l = limits.clone();
-    let svc = hyper::service::service_fn(move |req| {
+    let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
         let (limits, handler) = (limits.clone(), handler.clone());
+        req.extensions_mut().insert(peer.clone());
         async move { Ok::<_, Infallible>(answer(req, &limits, &*handler).await) }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -246,7 +310,7 @@ async fn connection<H, F>(
         .max_header_size(l.max_header_bytes)
         .max_buf_size(l.max_header_bytes.max(MIN_BUF))
         .keep_alive(l.keep_alive);
-    let conn = builder.serve_connection(TokioIo::new(stream), svc);
+    let conn = builder.serve_connection(io, svc);
     let mut conn = std::pin::pin!(conn);
     let stopped = async move {
         // `Err`: the server is gone, as good as stopped
@@ -267,9 +331,39 @@ async fn connection<H, F>(
 
 /// Serve `handler` on `listener` within `limits` (see the [module](self)) until `shutdown`
 /// resolves; then stop accepting, close idle connections and give open requests
-/// [`Limits::shutdown_grace`] to finish.
+/// [`Limits::shutdown_grace`] to finish. Plain HTTP: every request's [`Peer`] is
+/// [`Peer::Plain`].
 pub async fn serve<H, F>(
     listener: TcpListener,
+    limits: Limits,
+    shutdown: impl Future<Output = ()>,
+    handler: H,
+) where
+    H: Fn(Request<Bytes>) -> F + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    serve_with(listener, None, limits, shutdown, handler).await;
+}
+
+/// [`serve`] over TLS with the settings `tls` gives for each connection: a handshake not
+/// done within the header-read timeout drops the connection; each request carries its
+/// client's [`Peer`] (named by its verified certificate, or anonymous).
+pub async fn serve_tls<H, F>(
+    listener: TcpListener,
+    tls: TlsSource,
+    limits: Limits,
+    shutdown: impl Future<Output = ()>,
+    handler: H,
+) where
+    H: Fn(Request<Bytes>) -> F + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    serve_with(listener, Some(tls), limits, shutdown, handler).await;
+}
+
+async fn serve_with<H, F>(
+    listener: TcpListener,
+    tls: Option<TlsSource>,
     limits: Limits,
     shutdown: impl Future<Output = ()>,
     handler: H,
@@ -306,6 +400,7 @@ pub async fn serve<H, F>(
         };
         conns.spawn(connection(
             stream,
+            tls.clone(),
             limits.clone(),
             handler.clone(),
             stop_rx.clone(),

@@ -55,6 +55,9 @@ pub struct ShimConfig {
     pub instance: Option<String>,
     /// The admin's image store: every boot file must resolve under it (`--image-root`).
     pub image_root: Option<PathBuf>,
+    /// The node's roam identity (`--pki-dir`): the API over mutual TLS, and a migration's
+    /// target reached over it.
+    pub pki_dir: Option<PathBuf>,
 }
 
 impl ShimConfig {
@@ -131,6 +134,7 @@ fn build(args: LaunchArgs, read_token: impl FnOnce(&Path) -> Result<String>) -> 
         accel: if args.kvm { Accel::Kvm } else { Accel::Tcg },
         instance: args.instance,
         image_root: args.image_root,
+        pki_dir: args.pki_dir,
     })
 }
 

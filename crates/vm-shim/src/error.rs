@@ -44,6 +44,10 @@ pub enum Error {
     /// The request is malformed.
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// The client may not call this endpoint (its certificate is not the controller's, or
+    /// it has none).
+    #[error("forbidden: {0}")]
+    Forbidden(String),
     /// Missing or wrong API token.
     #[error("missing or wrong API token: send `Authorization: Bearer <the VM's token>`")]
     Unauthorized,
@@ -97,6 +101,7 @@ impl Error {
             | Error::Config(_)
             | Error::BadRequest(_)
             | Error::Unauthorized
+            | Error::Forbidden(_)
             | Error::NotFound(_) => true,
             // the target's answer is this shim's failure to its own caller (a 502)
             Error::Peer { .. }
@@ -112,6 +117,7 @@ impl Error {
     pub fn http_status(&self) -> (u16, &'static str) {
         match self {
             Error::Unauthorized => (401, "unauthorized"),
+            Error::Forbidden(_) => (403, "forbidden"),
             Error::NotFound(_) => (404, "not-found"),
             Error::Conflict(_) => (409, "conflict"),
             Error::Peer { .. } => (502, "target"),
@@ -126,6 +132,11 @@ impl From<roam_shim_api::Error> for Error {
         match e {
             e @ roam_shim_api::Error::LaunchArg { .. } => Error::Config(e.to_string()),
             roam_shim_api::Error::BadRequest(m) => Error::BadRequest(m),
+            // the node's identity files (roam-node's): unreadable now, maybe not later
+            roam_shim_api::Error::Tls(m) => Error::Io {
+                what: "the node's roam identity".into(),
+                source: std::io::Error::other(m),
+            },
             roam_shim_api::Error::Peer {
                 url,
                 status,
@@ -158,6 +169,7 @@ mod tests {
             (Error::Config(s()), true, 400),
             (Error::BadRequest(s()), true, 400),
             (Error::Unauthorized, true, 401),
+            (Error::Forbidden(s()), true, 403),
             (Error::NotFound(s()), true, 404),
             (Error::Conflict(s()), false, 409),
             (

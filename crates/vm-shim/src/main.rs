@@ -27,6 +27,9 @@ keys (JSON file or flags; a flag overrides the file):
   listen token-file|token-sha256 state-file mode(boot|incoming) kvm   the shim
                                    (token-sha256: the token's SHA-256, 64 hex digits)
   instance                                    who runs it (echoed in /v1/status)
+  image-root DIR      boot files only from under DIR (symbolic links resolved)
+  pki-dir DIR         the node's roam identity (node.key, node.crt, ca.crt): the API over
+                      mutual TLS, a migration's target reached over it
 ";
 
 fn main() {

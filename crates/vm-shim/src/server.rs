@@ -7,7 +7,10 @@
 use std::time::Duration;
 
 use roam_shim_api::serve::header::AUTHORIZATION;
-use roam_shim_api::serve::{self, Body, Bytes, Limits, Method, Request, Response, StatusCode};
+use roam_shim_api::serve::{
+    self, Body, Bytes, Limits, Method, Peer, Request, Response, StatusCode,
+};
+use roam_shim_api::tls::{CONTROLLER_NAME, Identity};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::net::TcpListener;
@@ -79,12 +82,48 @@ pub fn health() -> Health {
     }
 }
 
-/// What is answered before the shim is asked: `/v1/health`, open to anyone, and for every
-/// other route the token check (`token_ok`). `Ok(None)`: authorized, route it.
+/// Whether `peer` may call `method path` (pure). Over TLS ([`Peer::Named`] or
+/// [`Peer::Anonymous`]): roam-controller's certificate every route; a node's (a migration's
+/// source shim) only what a source asks of its target — `POST /v1/prepare` and
+/// `GET /v1/status`; no certificate nothing. Plain HTTP (a shim without its node's
+/// identity): the token alone decides.
+pub fn peer_allowed(peer: &Peer, method: &Method, path: &str) -> Result<()> {
+    match peer {
+        Peer::Plain => Ok(()),
+        Peer::Named(n) if n == CONTROLLER_NAME => Ok(()),
+        Peer::Named(_)
+            if (method == Method::POST && path == path::PREPARE)
+                || (method == Method::GET && path == path::STATUS) =>
+        {
+            Ok(())
+        }
+        Peer::Named(node) => Err(Error::Forbidden(format!(
+            "{method} {path}: node {node}'s certificate may only prepare a migration's target \
+             (POST {}) and read its status (GET {}); the rest is roam-controller's",
+            path::PREPARE,
+            path::STATUS
+        ))),
+        Peer::Anonymous => Err(Error::Forbidden(format!(
+            "{method} {path}: this shim takes requests only with a roam CA client certificate \
+             (roam-controller's or a node's); only {} is open",
+            path::HEALTH
+        ))),
+    }
+}
+
+/// What is answered before the shim is asked: `/v1/health`, open to anyone; for every other
+/// route the client's certificate ([`peer_allowed`]; none recorded counts as none) and then
+/// the token (`token_ok`). `Ok(None)`: authorized, route it.
 fn front(req: &Request<Bytes>, token_ok: impl Fn(&str) -> bool) -> Result<Option<(u16, Value)>> {
     if req.method() == Method::GET && req.uri().path() == path::HEALTH {
         return ok(200, health()).map(Some);
     }
+    let peer = req
+        .extensions()
+        .get::<Peer>()
+        .cloned()
+        .unwrap_or(Peer::Anonymous);
+    peer_allowed(&peer, req.method(), req.uri().path())?;
     let authorized = req
         .headers()
         .get(AUTHORIZATION)
@@ -145,17 +184,24 @@ async fn handle(shim: Shim, req: Request<Bytes>) -> Response<Body> {
 }
 
 /// Serve the API on `listener` within [`LIMITS`] until `shutdown` turns true (or its sender
-/// is dropped); then stop accepting and give open requests a second to finish.
+/// is dropped); then stop accepting and give open requests a second to finish. With the
+/// node's identity (`--pki-dir`) over mutual TLS, the files read for each connection (a
+/// renewed certificate or a new CA counts from the next one).
 pub async fn serve(shim: Shim, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
-    serve::serve(
-        listener,
-        LIMITS,
-        async move {
-            let _ = shutdown.changed().await;
-        },
-        move |req| handle(shim.clone(), req),
-    )
-    .await;
+    let stop = async move {
+        let _ = shutdown.changed().await;
+    };
+    match shim.config().pki_dir.clone() {
+        Some(dir) => {
+            let tls: serve::TlsSource =
+                std::sync::Arc::new(move || Identity::read_dir(&dir)?.server_config());
+            serve::serve_tls(listener, tls, LIMITS, stop, move |req| {
+                handle(shim.clone(), req)
+            })
+            .await;
+        }
+        None => serve::serve(listener, LIMITS, stop, move |req| handle(shim.clone(), req)).await,
+    }
 }
 
 #[cfg(test)]
@@ -259,6 +305,55 @@ mod tests {
         let e: ApiError = serde_json::from_str(&body).unwrap();
         assert!(e.error.contains("over 65536 bytes"), "{}", e.error);
         assert_eq!(routed.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn over_tls_the_controller_may_call_everything_a_node_only_what_a_source_asks() {
+        let controller = Peer::Named(CONTROLLER_NAME.into());
+        let node = Peer::Named("node-b".into());
+        let all = [
+            (Method::GET, path::STATUS),
+            (Method::POST, path::PREPARE),
+            (Method::POST, path::MIGRATE),
+            (Method::GET, path::PROGRESS),
+            (Method::POST, path::ABORT),
+            (Method::POST, path::ANNOUNCE),
+            (Method::POST, path::TEARDOWN),
+            (Method::GET, path::EVENTS),
+        ];
+        for (m, p) in &all {
+            assert!(peer_allowed(&controller, m, p).is_ok(), "{m} {p}");
+            assert!(peer_allowed(&Peer::Plain, m, p).is_ok(), "{m} {p}");
+            let anon = peer_allowed(&Peer::Anonymous, m, p).unwrap_err();
+            assert_eq!(anon.http_status().0, 403, "{m} {p}");
+            let by_node = peer_allowed(&node, m, p);
+            let source_asks = (*m == Method::POST && *p == path::PREPARE)
+                || (*m == Method::GET && *p == path::STATUS);
+            assert_eq!(by_node.is_ok(), source_asks, "{m} {p}");
+            if let Err(e) = by_node {
+                assert!(e.to_string().contains("node node-b's certificate"), "{e}");
+            }
+        }
+        // a node's certificate does not turn a wrong method on an allowed path into a pass
+        assert!(peer_allowed(&node, &Method::GET, path::PREPARE).is_err());
+    }
+
+    #[tokio::test]
+    async fn without_a_recorded_peer_nothing_but_health_passes() {
+        let req = |m: Method, p: &str| {
+            Request::builder()
+                .method(m)
+                .uri(p)
+                .header(AUTHORIZATION, "Bearer tok")
+                .body(Bytes::new())
+                .unwrap()
+        };
+        assert!(front(&req(Method::GET, path::HEALTH), |t| t == "tok").is_ok());
+        let e = front(&req(Method::GET, path::STATUS), |t| t == "tok").unwrap_err();
+        assert_eq!(e.http_status().0, 403, "{e}");
+        let mut plain = req(Method::GET, path::STATUS);
+        plain.extensions_mut().insert(Peer::Plain);
+        assert!(matches!(front(&plain, |t| t == "tok"), Ok(None)));
     }
 
     #[test]

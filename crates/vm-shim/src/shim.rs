@@ -35,6 +35,7 @@ use crate::config::{Mode, ShimConfig};
 use crate::events::{Event, Lifecycle};
 use crate::sys::{LifecycleSubscription, RawLifecycle};
 use crate::{Error, Result, domain, net};
+use roam_shim_api::tls::{ClientTls, Identity};
 
 /// Events kept for the long poll.
 const EVENT_LOG_CAP: usize = 1024;
@@ -545,6 +546,31 @@ impl Shim {
         self.inner.cfg.peer_libvirt_uri.starts_with("qemu+tls://")
     }
 
+    /// The client of a migration's target shim: with this node's identity, over mutual TLS
+    /// to the node the request names (its certificate must name that node), and never over
+    /// plain HTTP then; without it, plain HTTP.
+    fn target_client(&self, req: &MigrateRequest) -> Result<ShimClient> {
+        match (&self.inner.cfg.pki_dir, req.uses_tls()) {
+            (Some(dir), true) => {
+                let tls = ClientTls {
+                    identity: Identity::read_dir(dir)?,
+                    server_name: req.target_node.clone().unwrap_or_default(),
+                };
+                Ok(ShimClient::with_tls(&req.target, &req.target_token, &tls)?)
+            }
+            (Some(_), false) => Err(Error::BadRequest(format!(
+                "target {}: this shim reaches a migration's target over mutual TLS only \
+                 (https://); plain HTTP is refused",
+                req.target
+            ))),
+            (None, true) => Err(Error::BadRequest(format!(
+                "target {}: this shim has no node identity (--pki-dir) to reach it over TLS",
+                req.target
+            ))),
+            (None, false) => Ok(ShimClient::new(&req.target, &req.target_token)?),
+        }
+    }
+
     /// `POST /v1/migrate`: prepare the target shim and start the live migration.
     pub async fn migrate(&self, req: MigrateRequest) -> Result<Job> {
         self.refuse_if_torn_down()?;
@@ -599,7 +625,7 @@ impl Shim {
                 self.inner.cfg.node
             )));
         }
-        let target = ShimClient::new(&req.target, &req.target_token)?;
+        let target = self.target_client(req)?;
         let prepared = target.prepare().await?;
         req.check_prepared(&prepared, self.migrates_over_tls())
             .map_err(Error::BadRequest)?;

@@ -38,6 +38,45 @@ pub struct PkiConfig {
     pub ca_validity: Duration,
 }
 
+/// roam-controller's own client identity for the node API ([`roam_pki::CONTROLLER_NAME`]),
+/// issued from the roam CA when first needed and again after two thirds of its life.
+#[derive(Default)]
+pub struct ControllerIdentity {
+    current: tokio::sync::Mutex<Option<(roam_shim_api::tls::Identity, SystemTime, SystemTime)>>,
+}
+
+impl ControllerIdentity {
+    /// The identity, issued (from the CA in `pki.namespace`, made if there is none) when
+    /// there is none yet or the current one is due for renewal.
+    pub async fn get(
+        &self,
+        client: &kube::Client,
+        pki: &PkiConfig,
+    ) -> Result<roam_shim_api::tls::Identity> {
+        let mut current = self.current.lock().await;
+        let now = SystemTime::now();
+        if let Some((id, from, until)) = current.as_ref()
+            && !roam_pki::renewal_due(*from, *until, now)
+        {
+            return Ok(id.clone());
+        }
+        let ca = ensure_ca(client, pki).await?;
+        let (key, cert) = ca
+            .controller_identity(now, pki.node_validity)
+            .map_err(pki_error)?;
+        let info = roam_pki::cert_info(&cert).map_err(pki_error)?;
+        let id = roam_shim_api::tls::Identity::from_pem(
+            &key,
+            &cert,
+            ca.cert_pem(),
+            "roam-controller's node-API identity",
+        );
+        tracing::info!(until = ?info.not_after, "issued roam-controller's node-API client certificate");
+        *current = Some((id.clone(), info.not_before, info.not_after));
+        Ok(id)
+    }
+}
+
 pub(super) async fn run(ctx: Arc<Context>, pki: PkiConfig) {
     loop {
         if let Err(e) = serve(&ctx, &pki).await {

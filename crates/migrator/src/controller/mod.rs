@@ -133,6 +133,8 @@ pub struct Context {
     pods: pods::State,
     /// The watches' state.
     watch: watch::State,
+    /// roam-controller's client certificate for the node API (with `--node-pki-dir`).
+    pub node_identity: certs::ControllerIdentity,
     /// Namespaces' answers to the namespace selector, and when each was asked.
     scope: Mutex<std::collections::HashMap<String, (bool, std::time::Instant)>>,
 }
@@ -171,6 +173,7 @@ impl Context {
             ovn,
             pods,
             watch: watch::State::default(),
+            node_identity: certs::ControllerIdentity::default(),
             scope: Mutex::default(),
         };
         (Arc::new(ctx), flips_rx)

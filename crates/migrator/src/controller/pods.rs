@@ -31,7 +31,7 @@ use crate::core::claim::{
     resolve,
 };
 use crate::error::{Error, Result};
-use roam_contract::owner::OwnerRef;
+use roam_contract::owner::refs_of;
 
 /// The owner key of a pod that holds addresses now: scheduled, not host-network, not
 /// finished. `None` for any other pod.
@@ -48,18 +48,7 @@ pub fn live_owner(p: &Pod) -> Option<String> {
     {
         return None;
     }
-    let owners: Vec<OwnerRef<'_>> = p
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .map(|o| OwnerRef {
-            api_version: &o.api_version,
-            kind: &o.kind,
-            name: &o.name,
-            controller: o.controller == Some(true),
-        })
-        .collect();
+    let owners = refs_of(p.metadata.owner_references.as_ref());
     Some(owner_key(
         p.metadata.namespace.as_deref().unwrap_or_default(),
         p.metadata.name.as_deref().unwrap_or_default(),

@@ -21,6 +21,7 @@ use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use roam_shim_api::api::DomainState;
 use roam_shim_api::client::ShimClient;
+use roam_shim_api::tls::ClientTls;
 use serde_json::json;
 
 use super::retry::{Retry, object_key};
@@ -212,17 +213,42 @@ pub(super) async fn token(ctx: &Context, vm: &VirtualMachine) -> Result<String> 
     }
 }
 
-/// A shim client for the VM on `node_ip`.
-pub(super) fn client(
+/// Whether the shims' API is mutual TLS (the launchers have the nodes' roam identities).
+pub(super) fn node_api_tls(ctx: &Context) -> bool {
+    ctx.config.vm.node_pki_dir.is_some()
+}
+
+/// A shim client for the VM on `node` at `node_ip`: over mutual TLS with roam-controller's
+/// certificate when the launchers have the nodes' identities (the shim's certificate must
+/// name `node`), else plain HTTP.
+pub(super) async fn client(
+    ctx: &Context,
     vm: &VirtualMachine,
+    node: &str,
     node_ip: &str,
     port: u16,
     token: &str,
 ) -> Result<ShimClient> {
-    ShimClient::new(&shim_url(node_ip, port), token).map_err(|source| Error::Shim {
+    let shim = |source| Error::Shim {
         vm: vm_key(vm),
         source,
-    })
+    };
+    if !node_api_tls(ctx) {
+        return ShimClient::new(&shim_url(node_ip, port, false), token).map_err(shim);
+    }
+    let Some(pki) = &ctx.config.pki else {
+        return Err(Error::Pki(
+            "the launchers serve the node API over mutual TLS (--node-pki-dir) but this \
+             controller holds no roam CA to issue its client certificate from: give \
+             --pki-namespace"
+                .into(),
+        ));
+    };
+    let tls = ClientTls {
+        identity: ctx.node_identity.get(&ctx.client, pki).await?,
+        server_name: node.to_string(),
+    };
+    ShimClient::with_tls(&shim_url(node_ip, port, true), token, &tls).map_err(shim)
 }
 
 /// The VM's Addresses as the index knows them (not soft-deleted), by interface name.
@@ -278,12 +304,13 @@ async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
     let mut launchers = Vec::new();
     let mut ips = BTreeMap::new();
     for p in &pods {
-        let ip = match p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+        let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+        let ip = match &node {
             Some(n) => ready_node_ip(ctx, n).await?,
             None => None,
         };
         launchers.push(teardown::Launcher::of(p, ip.is_some()));
-        ips.insert(p.name_any(), ip);
+        ips.insert(p.name_any(), ip.map(|ip| (node.unwrap_or_default(), ip)));
     }
     let plan = teardown::plan(migration.as_ref().map(|(m, _)| m.as_str()), &launchers);
     let mut message = teardown::message(&plan);
@@ -324,10 +351,14 @@ async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
                 .map(|l| l.pod.as_str())
                 .collect();
             for (pod, step) in steps {
-                let node_ip = ips.get(pod).cloned().flatten().unwrap_or_default();
+                let (node, node_ip) = ips.get(pod).cloned().flatten().unwrap_or_default();
                 let delete = match step {
                     teardown::Step::Teardown => {
-                        match client(vm, &node_ip, port, &token)?.teardown().await {
+                        match client(ctx, vm, &node, &node_ip, port, &token)
+                            .await?
+                            .teardown()
+                            .await
+                        {
                             Ok(done) => {
                                 tracing::info!(vm = %vm_key(vm), %pod, destroyed_domain = done.destroyed_domain, removed_taps = ?done.removed_taps, "torn down");
                                 ctx.event(
@@ -501,7 +532,7 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
     st.observed_generation = vm.metadata.generation;
     st.interfaces = interface_status(&nics);
     let (domain_running, new_resets) = if pod_running(&pod) {
-        observe_shim(&vm, &spec, &token, &mut st).await?
+        observe_shim(&ctx, &vm, &spec, &token, &mut st).await?
     } else {
         (false, 0)
     };
@@ -665,12 +696,17 @@ async fn ensure_launcher(
 /// Ask the VM's shim: whether its domain runs, and how many guest resets are new (counted
 /// into `st`). A shim that does not answer yet is a domain not running.
 async fn observe_shim(
+    ctx: &Context,
     vm: &VirtualMachine,
     spec: &LauncherSpec<'_>,
     token: &str,
     st: &mut VirtualMachineStatus,
 ) -> Result<(bool, u64)> {
-    match client(vm, spec.node_ip, spec.port, token)?.status().await {
+    match client(ctx, vm, spec.node, spec.node_ip, spec.port, token)
+        .await?
+        .status()
+        .await
+    {
         Ok(s) => {
             let (record, new) = account_resets(st.guest_resets.as_ref(), &spec.pod, s.resets);
             st.guest_resets = record;

@@ -50,8 +50,10 @@ pub struct VmConfig {
     /// being evicted under node pressure).
     pub priority_class: Option<String>,
     /// The nodes' roam PKI directory (roam-node's: the node's key and certificate, the roam
-    /// CA), mounted read-only into the launcher's libvirtd: migrations then go over TLS with
-    /// the node certificates (`peer_libvirt_uri` is `qemu+tls://…`). `None`: plain TCP.
+    /// CA), mounted read-only into the launcher's libvirtd and shim: migrations then go over
+    /// TLS with the node certificates (`peer_libvirt_uri` is `qemu+tls://…`), and the shim's
+    /// API is mutual TLS only (roam-controller presents its own certificate of the CA).
+    /// `None`: plain TCP and HTTP.
     pub node_pki_dir: Option<String>,
     /// The admin's image store on the nodes: every boot file must be under it (checked
     /// before anything is created, and by the shim with symbolic links resolved), and it is
@@ -174,9 +176,11 @@ pub fn libvirt_port(shim_ports: (u16, u16), shim_port: u16) -> Option<u16> {
     shim_port.checked_add(width)
 }
 
-/// The shim's URL on a node.
-pub fn shim_url(node_ip: &str, port: u16) -> String {
-    format!("http://{node_ip}:{port}")
+/// The shim's URL on a node: `https://` when the launchers have the nodes' roam identities
+/// (`tls`, [`VmConfig::node_pki_dir`]), the node API then being mutual TLS only.
+pub fn shim_url(node_ip: &str, port: u16, tls: bool) -> String {
+    let scheme = if tls { "https" } else { "http" };
+    format!("{scheme}://{node_ip}:{port}")
 }
 
 /// What a launcher pod needs to know.
@@ -302,6 +306,7 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         kvm: false,
         instance: Some(l.pod.clone()),
         image_root: cfg.image_root.as_ref().map(PathBuf::from),
+        pki_dir: cfg.node_pki_dir.as_ref().map(PathBuf::from),
     }
     .to_args();
     let mut volumes = vec![
@@ -324,6 +329,10 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         vm_mounts.push(json!({"name": format!("boot{i}"), "mountPath": d, "readOnly": true}));
     }
     let mut shim_mounts = vm_mounts.clone();
+    if let Some(pki) = &cfg.node_pki_dir {
+        // the node's identity for the API's mutual TLS and the calls to a migration's target
+        shim_mounts.push(json!({"name": "node-pki", "mountPath": pki, "readOnly": true}));
+    }
     shim_mounts.extend([
         // libvirt's client looks under /var/run (its LOCALSTATEDIR), not a symlink in every image
         json!({"name": "libvirt", "mountPath": "/var/run/libvirt"}),
@@ -617,7 +626,7 @@ mod tests {
     }
 
     #[test]
-    fn with_the_nodes_pki_the_launchers_libvirtd_migrates_over_tls() {
+    fn with_the_nodes_pki_the_launcher_migrates_and_serves_its_api_over_tls() {
         let cfg = VmConfig {
             node_pki_dir: Some("/var/lib/roam/pki".into()),
             peer_libvirt_uri: "qemu+tls://{ip}:{port}/system?pkipath=/run/libvirt/pki/libvirt"
@@ -645,15 +654,19 @@ mod tests {
             .find(|m| m.mount_path == "/var/lib/roam/pki")
             .expect("the node's PKI in the libvirtd container");
         assert_eq!(mount.read_only, Some(true));
-        assert!(
-            !shim(&spec)
-                .volume_mounts
-                .iter()
-                .flatten()
-                .any(|m| m.mount_path == "/var/lib/roam/pki"),
-            "the shim does not need the node's key"
-        );
+        // the shim serves its API over mutual TLS with the node's certificate
+        let mount = shim(&spec)
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.mount_path == "/var/lib/roam/pki")
+            .expect("the node's PKI in the shim container");
+        assert_eq!(mount.read_only, Some(true));
         let args = shim(&spec).args.clone().unwrap();
+        let i = args.iter().position(|a| a == "--pki-dir").unwrap();
+        assert_eq!(args[i + 1], "/var/lib/roam/pki");
+        assert_eq!(shim_url("10.0.0.1", 17001, true), "https://10.0.0.1:17001");
+        assert_eq!(shim_url("10.0.0.1", 17001, false), "http://10.0.0.1:17001");
         let i = args.iter().position(|a| a == "--peer-libvirt-uri").unwrap();
         assert_eq!(
             args[i + 1],

@@ -75,7 +75,7 @@ impl Run {
             ctx: ctx.clone(),
             local: local.clone(),
             key: key_of(m),
-            source_client: vms::client(vm, &source_ip, port, &token)?,
+            source_client: vms::client(ctx, vm, &source, &source_ip, port, &token).await?,
             vm: vm.clone(),
             source,
             target,
@@ -90,8 +90,17 @@ impl Run {
         })
     }
 
-    fn client(&self, node_ip: &str) -> Result<ShimClient> {
-        vms::client(&self.vm, node_ip, self.port, &self.token)
+    /// The target shim's client (on the target node at `node_ip`).
+    async fn client(&self, node_ip: &str) -> Result<ShimClient> {
+        vms::client(
+            &self.ctx,
+            &self.vm,
+            &self.target,
+            node_ip,
+            self.port,
+            &self.token,
+        )
+        .await
     }
 
     /// Read the pods and ask the shims; the job's figures go into `st`.
@@ -107,7 +116,8 @@ impl Run {
         // round to reporting it Running); only the shim of this very pod counts
         let target_status = match (live(target_pod.as_ref()), &self.target_ip) {
             (Some(p), Some(ip)) => self
-                .client(ip)?
+                .client(ip)
+                .await?
                 .status()
                 .await
                 .ok()
@@ -132,7 +142,10 @@ impl Run {
         };
         if st.job_id.is_none()
             && let Some(ip) = &self.target_ip
-            && let Some(id) = unrecorded_job(source_status.as_ref(), &shim_url(ip, self.port))
+            && let Some(id) = unrecorded_job(
+                source_status.as_ref(),
+                &shim_url(ip, self.port, vms::node_api_tls(&self.ctx)),
+            )
         {
             tracing::info!(migration = %self.key, job = id, "adopting the copy this migration started");
             st.job_id = Some(id);
@@ -171,7 +184,12 @@ impl Run {
 
     /// Start the task that follows the source's events after `after` (the pause: the
     /// switchover's figure; the guest landing: the migration can end).
-    fn watch_switchover(&self, m: &VirtualMachineMigration, ip: &str, after: u64) -> Result<()> {
+    fn watch_switchover(
+        &self,
+        m: &VirtualMachineMigration,
+        target: ShimClient,
+        after: u64,
+    ) -> Result<()> {
         tasks::spawn_switchover(
             &self.ctx,
             m,
@@ -179,7 +197,7 @@ impl Run {
             after,
             activated_on_target(&self.placements),
             &self.target,
-            (self.client(ip)?, self.target_pod.clone()),
+            (target, self.target_pod.clone()),
             &self.local,
         );
         Ok(())
@@ -195,7 +213,8 @@ impl Run {
             && !self.local.running(&self.key)
             && let Some(ip) = &self.target_ip
         {
-            self.watch_switchover(m, ip, tasks::last_seq(&self.source_client).await)?;
+            let target = self.client(ip).await?;
+            self.watch_switchover(m, target, tasks::last_seq(&self.source_client).await)?;
         }
         Ok(())
     }
@@ -231,7 +250,7 @@ impl Run {
                     return Ok(());
                 };
                 let req = MigrateRequest {
-                    target: shim_url(ip, self.port),
+                    target: shim_url(ip, self.port, vms::node_api_tls(&self.ctx)),
                     target_token: self.token.clone(),
                     bandwidth_mib_s: m.spec.bandwidth_mib_per_second,
                     max_downtime_ms: m.spec.max_downtime_ms,
@@ -243,6 +262,9 @@ impl Run {
                     target_node: Some(self.target.clone()),
                     target_address: Some(ip.clone()),
                 };
+                // the target's client before the job starts: nothing can keep the switchover
+                // from being watched once it runs
+                let target = self.client(ip).await?;
                 // the events after this point are this job's
                 let after = tasks::last_seq(&self.source_client).await;
                 let job = self
@@ -257,7 +279,7 @@ impl Run {
                 st.job_id = Some(job.id);
                 // record the job before anything else can happen
                 patch_status(&self.ctx, m, st).await?;
-                self.watch_switchover(m, ip, after)
+                self.watch_switchover(m, target, after)
             }
             Action::AbortMigration => {
                 if let Err(e) = self.source_client.abort().await {
@@ -349,7 +371,7 @@ impl Run {
         if d.phase == Phase::TargetScheduling
             && let Some(ip) = &self.target_ip
         {
-            let client = self.client(ip)?;
+            let client = self.client(ip).await?;
             tasks::spawn_target_wait(m, client, self.target_pod.clone(), Wait::Ready, &self.local);
         }
         if d.phase.is_terminal() {
