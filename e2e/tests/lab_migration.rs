@@ -174,6 +174,7 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
         );
         if to == "node-b" {
             libvirt_takes_only_roam_certificates(&lab, &v);
+            the_node_api_takes_only_roam_certificates(&lab, &v);
             // the way back runs on certificates of a new CA, replaced while the VM runs
             rotate_the_ca(&lab, cli_ns, &ip);
         }
@@ -340,6 +341,130 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
     });
 }
 
+/// The VM's shim (on `status.node`, installed with the nodes' identities) serves its API over
+/// mutual TLS only: plain HTTP gets nothing; without a client certificate only /v1/health
+/// answers (403 elsewhere); roam-controller's certificate (issued here from the roam CA, as
+/// the controller does) with the VM's token reads the status; another node's certificate may
+/// read the status (a migration's source does) but not abort (403); and a client that means
+/// another node refuses this node's certificate.
+fn the_node_api_takes_only_roam_certificates(lab: &Lab, status: &serde_json::Value) {
+    use roam_shim_api::client::ShimClient;
+    use roam_shim_api::tls::{ClientTls, Identity};
+    let node = status["node"].as_str().unwrap().to_string();
+    let other = lab.nodes().into_iter().find(|n| *n != node).unwrap();
+    let ip = lab.node(&node).ip;
+    let port = status["shimPort"].as_u64().expect("the shim's port");
+    let secret = |ns: &str, name: &str, key: &str| {
+        let b64 = kubectl(
+            lab,
+            &[
+                "-n",
+                ns,
+                "get",
+                "secret",
+                name,
+                "-o",
+                &format!("jsonpath={{.data.{}}}", key.replace('.', "\\.")),
+            ],
+        );
+        let out = std::process::Command::new("base64")
+            .args(["-d"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin.take().unwrap().write_all(b64.as_bytes())?;
+                c.wait_with_output()
+            })
+            .expect("base64");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let uid = vm(lab, &H8)["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let token = secret("roam-system", &format!("roam-shim-token-{uid}"), "token");
+    let ca = roam_pki::Ca::from_pem(
+        &secret("roam-system", "roam-ca", "ca.crt"),
+        &secret("roam-system", "roam-ca", "ca.key"),
+    )
+    .expect("the roam CA from its Secret");
+    let (key, cert) = ca
+        .controller_identity(std::time::SystemTime::now(), Duration::from_secs(3600))
+        .unwrap();
+    let controller = Identity::from_pem(&key, &cert, ca.cert_pem(), "the test, as roam-controller");
+    let node_file = |n: &str, f: &str| {
+        std::fs::read_to_string(lab.node_path(n, &format!("/var/lib/roam/pki/{f}")))
+            .expect("a node's identity")
+    };
+    let peer = Identity::from_pem(
+        &node_file(&other, "node.key"),
+        &node_file(&other, "node.crt"),
+        ca.cert_pem(),
+        &other,
+    );
+    let https = format!("https://{ip}:{port}");
+    let tls = |identity: &Identity, expect: &str| ClientTls {
+        identity: identity.clone(),
+        server_name: expect.to_string(),
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let plain = ShimClient::new(&format!("http://{ip}:{port}"), &token).unwrap();
+        assert!(plain.health().await.is_err(), "plain HTTP must get nothing");
+        let ctl = ShimClient::with_tls(&https, &token, &tls(&controller, &node)).unwrap();
+        let st = ctl
+            .status()
+            .await
+            .expect("roam-controller's certificate and the token");
+        assert_eq!(st.node, node);
+        let from_peer = ShimClient::with_tls(&https, &token, &tls(&peer, &node)).unwrap();
+        from_peer
+            .status()
+            .await
+            .expect("a node's certificate reads the status (a migration's source does)");
+        let e = from_peer.abort().await.unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                roam_shim_api::Error::Peer {
+                    status: Some(403),
+                    ..
+                }
+            ),
+            "a node's certificate may not abort: {e}"
+        );
+        let posing = ShimClient::with_tls(&https, &token, &tls(&controller, &other)).unwrap();
+        let e = posing.status().await.unwrap_err();
+        assert!(
+            e.to_string().contains("certificate"),
+            "a client that means {other} must refuse {node}'s certificate: {e}"
+        );
+    });
+    // no client certificate at all (curl, not verifying the server): health only
+    let code = |path: &str| {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sk",
+                "-m",
+                "10",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "-H",
+                &format!("Authorization: Bearer {token}"),
+                &format!("{https}{path}"),
+            ])
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    assert_eq!(code("/v1/health"), "200");
+    assert_eq!(code("/v1/status"), "403", "the token alone is not enough");
+}
+
 /// The CA replaced as the README says (delete the Secret `roam-system/roam-ca`, restart
 /// roam-controller) with the VM running and a TCP stream to it: a new CA is published, every
 /// node's roam-node gets a certificate of it (same key) within its check period, and the
@@ -430,6 +555,20 @@ fn rotate_the_ca(lab: &Lab, cli_ns: &roam_e2e::TestNetns, ip: &str) {
             Some(node.as_str())
         );
     }
+    // the controller (new CA) reaches the shim again once its node has a certificate of the
+    // new CA: the VM is Ready again
+    wait_until(
+        LONG,
+        "the VM Running and Ready on the new certificates",
+        || {
+            let v = vm(lab, &H8);
+            let ready = v["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            (v["status"]["phase"] == "Running" && ready).then_some(())
+        },
+    );
     assert!(cli_ns.ping_once(ip), "the guest answers after the rotation");
     let out = stream.stop(&stop);
     assert!(

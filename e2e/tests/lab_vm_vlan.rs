@@ -142,7 +142,10 @@ impl Drop for OnPanic<'_> {
         eprintln!("--- pods ---\n{}", pods.unwrap_or_else(|e| e));
         for vm in [VM1, VM2] {
             let pod = format!("{vm}-launcher");
-            let logs = try_kubectl(self.lab, &["-n", NS, "logs", &pod, "--tail=30"]);
+            let logs = try_kubectl(
+                self.lab,
+                &["-n", NS, "logs", &pod, "--all-containers", "--tail=30"],
+            );
             eprintln!("--- {pod} ---\n{}", logs.unwrap_or_else(|e| e));
         }
     }

@@ -17,6 +17,7 @@
 //! - [`shim`]: the runtime (libvirt connection, boot / re-attach, migration jobs, event log);
 //! - [`server`]: the HTTP/1.1 JSON API;
 //! - [`net`]: the tap and its OVS port;
+//! - [`console`]: the guest's serial console followed onto the launcher pod's output;
 //! - [`openflow`]: a frame handed to OVS as if from a port (the target's RARP at the pause);
 //! - [`sys`]: the crate's only `unsafe` code (libvirt events and job control, TUN ioctls),
 //!   behind safe functions.
@@ -24,6 +25,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod console;
 pub mod domain;
 mod error;
 pub mod events;

@@ -8,7 +8,7 @@
 //! anything was touched; 1: any other failure.
 
 use anyhow::Context;
-use roam_vm_shim::{config, libvirtd, server, shim::Shim};
+use roam_vm_shim::{config, console, libvirtd, server, shim::Shim};
 use tokio::signal::unix::{SignalKind, signal};
 
 const HELP: &str = "\
@@ -17,6 +17,8 @@ roam-shim: owns one libvirt domain and serves its migration API
   roam-shim [--config FILE] [--KEY VALUE ...]
   roam-shim libvirtd --listen IP:PORT [--libvirtd PATH] [--run-dir DIR] [--pki-dir DIR]
                                    the launcher pod's own libvirtd (its other container)
+  roam-shim console --file PATH    the guest's serial console (a file QEMU appends to) on
+                                   stdout, for kubectl logs (the pod's console container)
 
 keys (JSON file or flags; a flag overrides the file):
   name vcpus memory-mib kernel initrd cmdline | disk disk-format   the VM
@@ -70,6 +72,14 @@ fn real_main() -> anyhow::Result<()> {
             return Ok(());
         }
         Some("libvirtd") => return exec_libvirtd(&args[1..]),
+        Some("console") => {
+            // the guest's console for `kubectl logs`: runs until the pod stops it
+            let file = console::parse(&args[1..]).map_err(anyhow::Error::msg)?;
+            let mut out = std::io::stdout().lock();
+            return console::Follower::start(&file)
+                .run(&mut out, || false, console::POLL)
+                .with_context(|| format!("follow {}", file.display()));
+        }
         _ => {}
     }
     // everything is checked before anything is touched

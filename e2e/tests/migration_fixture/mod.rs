@@ -373,6 +373,14 @@ pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
             .then_some(())
     });
 
+    // the same console in `kubectl logs` of the launcher pod (its console container)
+    wait_until(LONG, "the guest's console in kubectl logs", || {
+        let logs = try_kubectl(&lab, &["-n", ns, "logs", &src_pod]).ok()?;
+        (logs.contains(&format!("lease of {ip} obtained"))
+            && logs.contains("ROAM-GUEST-SERVICES-UP"))
+        .then_some(())
+    });
+
     // a client on node-a: a pod roam-cni (the node's CNI) plumbed with its address
     create(&lab, &[roam_e2e::sleeper_pod(ns, "client", "node-a")]);
     let cli = wait_until(LONG, "the client's address", || {

@@ -176,6 +176,11 @@ pub fn libvirt_port(shim_ports: (u16, u16), shim_port: u16) -> Option<u16> {
     shim_port.checked_add(width)
 }
 
+/// The launcher pod's container that shows the guest's serial console (`kubectl logs`).
+pub const CONSOLE_CONTAINER: &str = "console";
+/// The annotation that makes `kubectl logs POD` read a given container.
+pub const DEFAULT_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-container";
+
 /// The shim's URL on a node: `https://` when the launchers have the nodes' roam identities
 /// (`tls`, [`VmConfig::node_pki_dir`]), the node API then being mutual TLS only.
 pub fn shim_url(node_ip: &str, port: u16, tls: bool) -> String {
@@ -286,13 +291,15 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         .replace("{node}", l.node)
         .replace("{ip}", l.node_ip)
         .replace("{port}", &libvirt_port.to_string());
+    // the guest's console, a file on the node (QEMU appends to it)
+    let serial_log = format!("{}/{ns}_{name}.serial.log", cfg.vm_log_dir);
     let args = LaunchArgs {
         name: domain_name(&ns, &name),
         vcpus: vm.spec.cpu,
         memory_mib: vm.spec.memory_mib,
         boot,
         nics,
-        serial_log: format!("{}/{ns}_{name}.serial.log", cfg.vm_log_dir).into(),
+        serial_log: serial_log.clone().into(),
         node: l.node.to_string(),
         libvirt_uri: launch::NODE_LIBVIRT_URI.into(),
         peer_libvirt_uri: peer,
@@ -352,6 +359,11 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         libvirtd_mounts.push(json!({"name": "node-pki", "mountPath": pki, "readOnly": true}));
     }
     let mut annotations = BTreeMap::new();
+    // `kubectl logs POD` shows the guest's serial console
+    annotations.insert(
+        DEFAULT_CONTAINER_ANNOTATION.to_string(),
+        CONSOLE_CONTAINER.to_string(),
+    );
     if let Some(m) = l.migration {
         annotations.insert(MIGRATION_ANNOTATION.to_string(), m.to_string());
     }
@@ -408,6 +420,23 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
                 "securityContext": {"privileged": true},
                 "terminationMessagePolicy": "FallbackToLogsOnError",
                 "volumeMounts": shim_mounts,
+            }, {
+                // the guest's serial console on this container's output (kubectl logs): it
+                // only reads the log directory, with no privilege and no capability
+                "name": CONSOLE_CONTAINER,
+                "image": cfg.launcher_image,
+                "imagePullPolicy": "IfNotPresent",
+                "args": ["console", "--file", serial_log],
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+                "securityContext": {
+                    "privileged": false,
+                    "allowPrivilegeEscalation": false,
+                    "readOnlyRootFilesystem": true,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "volumeMounts": [
+                    {"name": "logs", "mountPath": cfg.vm_log_dir, "readOnly": true},
+                ],
             }],
             "volumes": volumes,
         }
@@ -492,6 +521,40 @@ mod tests {
             tap: crate::core::vm::nic_tap("ns/demo", i),
             ovn_port: port.into(),
         }
+    }
+
+    #[test]
+    fn kubectl_logs_shows_the_guests_console_from_an_unprivileged_container() {
+        let nics = [nic(0, "a.node-a")];
+        let p = launcher_pod(&cfg(), &vm(), &boot_on_a(&nics)).unwrap();
+        assert_eq!(
+            p.metadata.annotations.as_ref().unwrap()[DEFAULT_CONTAINER_ANNOTATION],
+            CONSOLE_CONTAINER
+        );
+        let spec = p.spec.unwrap();
+        let console = spec
+            .containers
+            .iter()
+            .find(|c| c.name == CONSOLE_CONTAINER)
+            .expect("a console container");
+        let serial = shim(&spec).args.clone().unwrap();
+        let i = serial.iter().position(|a| a == "--serial-log").unwrap();
+        assert_eq!(
+            console.args.clone().unwrap(),
+            ["console", "--file", serial[i + 1].as_str()],
+            "it follows the file the shim gives QEMU"
+        );
+        let sc = console.security_context.as_ref().unwrap();
+        assert_eq!(sc.privileged, Some(false));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(
+            sc.capabilities.as_ref().unwrap().drop.as_deref(),
+            Some(&["ALL".to_string()][..])
+        );
+        let mounts = console.volume_mounts.clone().unwrap();
+        assert_eq!(mounts.len(), 1, "the log directory only: {mounts:?}");
+        assert_eq!(mounts[0].read_only, Some(true));
     }
 
     #[test]
