@@ -599,6 +599,7 @@ fn roam_has_exactly_the_permissions_it_needs() {
         "pods [] [get list watch patch create delete]",
         "virtualmachines.roam.dev [] [get list watch patch]",
         "nodes [] [get list watch]",
+        "persistentvolumeclaims [] [get]",
         "certificatesigningrequests.certificates.k8s.io [] [get list watch]",
         "networks.roam.dev [] [list watch]",
         "namespaces [] [list]",

@@ -69,7 +69,7 @@ pub enum Boot {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cmdline: Option<String>,
     },
-    /// A disk image (virtio).
+    /// A disk image (virtio) on the nodes, in the administrator's image store.
     Disk {
         /// Image path.
         image: String,
@@ -77,6 +77,24 @@ pub enum Boot {
         #[serde(default = "qcow2")]
         format: String,
     },
+    /// A disk image (virtio) that is a file on a PersistentVolumeClaim of the VM's namespace
+    /// (a filesystem volume), read and written by the VM. A VM booted from a volume migrates
+    /// only when the claim is ReadWriteMany (both nodes mount it; the disk does not move).
+    #[serde(rename_all = "camelCase")]
+    Volume {
+        /// The PersistentVolumeClaim, in the VM's namespace.
+        claim_name: String,
+        /// The image file, relative to the volume's root (default `disk.img`).
+        #[serde(default = "disk_img")]
+        file: String,
+        /// `qcow2` or `raw`.
+        #[serde(default = "qcow2")]
+        format: String,
+    },
+}
+
+fn disk_img() -> String {
+    "disk.img".into()
 }
 
 fn qcow2() -> String {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::{Controller, watcher};
@@ -41,7 +41,7 @@ use crate::core::vm::tap_name;
 use crate::core::vm::{
     PortBook, VmNic, account_resets, interface_status, nics as vm_nics, resolve_vm,
 };
-use crate::core::vm::{teardown, validate};
+use crate::core::vm::{teardown, validate, volume};
 use crate::error::{Error, Result};
 use roam_contract::keys::VM_FINALIZER;
 
@@ -491,6 +491,13 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
         // the migration controller owns the VM's pods and status until it ends
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
+    if st.pod.is_none()
+        && let Some((claim_name, claim)) = boot_claim(&ctx, &vm).await?
+        && let Some(why) = volume::not_ready(&claim_name, claim.as_ref())
+    {
+        // nothing is created until the tenant's volume is there and bound
+        return wait_for_volume(&ctx, &vm, st, why).await;
+    }
     let (node, node_ip) = match place(&ctx, &vm, &mut st).await {
         Ok(Some(placed)) => placed,
         Ok(None) => return Ok(Action::requeue(Duration::from_secs(5))),
@@ -754,6 +761,54 @@ fn tell(
 }
 
 /// Bad input: Failed with the reason in status and a Warning Event; nothing created.
+/// The claim of a VM that boots from a volume (`boot.volume`), as read now: its name, and
+/// its phase and access modes (`None`: no such claim). `None`: the VM boots from no volume.
+pub(super) async fn boot_claim(
+    ctx: &Context,
+    vm: &VirtualMachine,
+) -> Result<Option<(String, Option<volume::Claim>)>> {
+    let crate::api::Boot::Volume { claim_name, .. } = &vm.spec.boot else {
+        return Ok(None);
+    };
+    let claims: Api<PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
+    let claim = claims.get_opt(claim_name).await?.map(|c| volume::Claim {
+        phase: c.status.and_then(|s| s.phase),
+        access_modes: c.spec.and_then(|s| s.access_modes).unwrap_or_default(),
+    });
+    Ok(Some((claim_name.clone(), claim)))
+}
+
+/// A VM whose boot volume is not there yet: Pending with the reason (condition, and an Event
+/// when the reason is new), looked at again shortly.
+async fn wait_for_volume(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    mut st: VirtualMachineStatus,
+    why: String,
+) -> Result<Action> {
+    let had = st
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.message == why);
+    st.phase = VmPhase::Pending;
+    set_condition(
+        &mut st.conditions,
+        condition(
+            "Ready",
+            false,
+            "VolumeNotReady",
+            &why,
+            vm.metadata.generation,
+        ),
+    );
+    patch_status(ctx, vm, &st).await?;
+    if !had {
+        ctx.event(vm.object_ref(&()), true, "VolumeNotReady", "Start", why);
+    }
+    Ok(Action::requeue(Duration::from_secs(5)))
+}
+
 async fn refuse(
     ctx: &Context,
     vm: &VirtualMachine,

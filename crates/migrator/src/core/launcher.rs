@@ -176,6 +176,9 @@ pub fn libvirt_port(shim_ports: (u16, u16), shim_port: u16) -> Option<u16> {
     shim_port.checked_add(width)
 }
 
+/// Where a launcher pod mounts the VM's boot volume (a PersistentVolumeClaim).
+pub const VOLUME_DIR: &str = "/var/lib/roam/volume";
+
 /// The launcher pod's container that shows the guest's serial console (`kubectl logs`).
 pub const CONSOLE_CONTAINER: &str = "console";
 /// The annotation that makes `kubectl logs POD` read a given container.
@@ -252,8 +255,20 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
                 format: format.clone(),
             }
         }
+        Boot::Volume { file, format, .. } => LaunchBoot::Disk {
+            image: PathBuf::from(VOLUME_DIR).join(file),
+            format: format.clone(),
+        },
     };
-    if let Some(root) = &cfg.image_root {
+    let volume_claim = match &vm.spec.boot {
+        // the tenant's volume is the one place of boot files: no host directory
+        Boot::Volume { claim_name, .. } => {
+            host_dirs.clear();
+            Some(claim_name.clone())
+        }
+        _ => None,
+    };
+    if let (Some(root), None) = (&cfg.image_root, &volume_claim) {
         // the image store is the one host directory of boot files in the pod
         host_dirs = BTreeSet::from([root.trim_end_matches('/').to_string()]);
     }
@@ -312,7 +327,12 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         mode: l.mode,
         kvm: false,
         instance: Some(l.pod.clone()),
-        image_root: cfg.image_root.as_ref().map(PathBuf::from),
+        // a volume's image must resolve inside the volume (a symbolic link the tenant left
+        // there does not lead out of it)
+        image_root: match &volume_claim {
+            Some(_) => Some(PathBuf::from(VOLUME_DIR)),
+            None => cfg.image_root.as_ref().map(PathBuf::from),
+        },
         pki_dir: cfg.node_pki_dir.as_ref().map(PathBuf::from),
     }
     .to_args();
@@ -329,6 +349,11 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         json!({"name": "libvirt", "mountPath": "/run/libvirt"}),
         json!({"name": "logs", "mountPath": cfg.vm_log_dir}),
     ];
+    if let Some(claim) = &volume_claim {
+        volumes.push(json!({"name": "boot-volume",
+                            "persistentVolumeClaim": {"claimName": claim}}));
+        vm_mounts.push(json!({"name": "boot-volume", "mountPath": VOLUME_DIR}));
+    }
     for (i, d) in host_dirs.iter().enumerate() {
         volumes.push(
             json!({"name": format!("boot{i}"), "hostPath": {"path": d, "type": "Directory"}}),
@@ -555,6 +580,57 @@ mod tests {
         let mounts = console.volume_mounts.clone().unwrap();
         assert_eq!(mounts.len(), 1, "the log directory only: {mounts:?}");
         assert_eq!(mounts[0].read_only, Some(true));
+    }
+
+    #[test]
+    fn a_vm_on_a_volume_mounts_its_claim_and_no_host_directory() {
+        let mut v = vm();
+        v.spec.boot = serde_json::from_value(
+            json!({"volume": {"claimName": "disk1", "file": "images/vm.qcow2"}}),
+        )
+        .unwrap();
+        let cfg = VmConfig {
+            image_root: Some("/var/lib/roam/images".into()),
+            ..cfg()
+        };
+        let nics = [nic(0, "a.node-a")];
+        let spec = launcher_pod(&cfg, &v, &boot_on_a(&nics))
+            .unwrap()
+            .spec
+            .unwrap();
+        let volumes = spec.volumes.clone().unwrap();
+        let claim = volumes
+            .iter()
+            .find_map(|v| v.persistent_volume_claim.as_ref())
+            .expect("the claim as a volume");
+        assert_eq!(claim.claim_name, "disk1");
+        assert!(
+            !volumes
+                .iter()
+                .filter_map(|v| v.host_path.as_ref())
+                .any(|h| h.path.contains("images")),
+            "no image store: {volumes:?}"
+        );
+        let args = shim(&spec).args.clone().unwrap();
+        let arg = |f: &str| args[args.iter().position(|a| a == f).unwrap() + 1].clone();
+        assert_eq!(arg("--disk"), format!("{VOLUME_DIR}/images/vm.qcow2"));
+        assert_eq!(arg("--disk-format"), "qcow2");
+        assert_eq!(
+            arg("--image-root"),
+            VOLUME_DIR,
+            "the file must resolve inside the volume"
+        );
+        for c in ["libvirtd", "shim"] {
+            let c = spec.containers.iter().find(|x| x.name == c).unwrap();
+            assert!(
+                c.volume_mounts
+                    .iter()
+                    .flatten()
+                    .any(|m| m.mount_path == VOLUME_DIR && m.read_only.is_none()),
+                "{}: the volume, writable (the VM's disk)",
+                c.name
+            );
+        }
     }
 
     #[test]

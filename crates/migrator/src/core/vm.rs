@@ -452,6 +452,7 @@ pub fn account_resets(
 pub mod readiness;
 pub mod teardown;
 pub mod validate;
+pub mod volume;
 
 #[cfg(test)]
 mod tests;

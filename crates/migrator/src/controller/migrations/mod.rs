@@ -167,6 +167,12 @@ async fn check(
     // a named target, too, must take the VM's launcher pod as the scheduler would place it:
     // not cordoned, its taints tolerated, the VM's node selector, the memory
     let vm = vm.expect("accept refuses a migration without its VM");
+    // a disk on a volume does not move: only a claim both nodes can mount lets the VM go
+    if let Some((name, claim)) = vms::boot_claim(ctx, vm).await?
+        && let Some(why) = crate::core::vm::volume::blocks_migration(&name, claim.as_ref())
+    {
+        return Ok(Some(why));
+    }
     let facts = vms::node_facts(ctx).await?;
     Ok(facts
         .iter()

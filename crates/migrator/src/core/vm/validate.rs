@@ -71,6 +71,15 @@ pub fn problems(
             out.extend(boot_path_problem("disk image", image));
             out.extend(disk_format_problem(format));
         }
+        Boot::Volume {
+            claim_name,
+            file,
+            format,
+        } => {
+            out.extend(claim_name_problem(claim_name));
+            out.extend(volume_file_problem(file));
+            out.extend(disk_format_problem(format));
+        }
     }
     if let Some(root) = image_root {
         let files: Vec<(&str, &str)> = match &spec.boot {
@@ -78,6 +87,8 @@ pub fn problems(
                 .chain(initrd.iter().map(|i| ("initrd", i.as_str())))
                 .collect(),
             Boot::Disk { image, .. } => vec![("disk image", image.as_str())],
+            // on the tenant's own volume, not the nodes' image store
+            Boot::Volume { .. } => vec![],
         };
         out.extend(
             files
@@ -86,6 +97,35 @@ pub fn problems(
         );
     }
     out
+}
+
+/// What is wrong with `name` as a PersistentVolumeClaim's name (a DNS subdomain).
+pub fn claim_name_problem(name: &str) -> Option<String> {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    (name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok)).then(|| {
+        format!(
+            "volume claimName {name:?}: give the name of a PersistentVolumeClaim in the VM's \
+             namespace (lowercase letters, digits, '-' and '.', at most 253)"
+        )
+    })
+}
+
+/// What is wrong with `file` as the image's path inside a volume: relative, plain (no `.`,
+/// `..` or empty parts), no control characters.
+pub fn volume_file_problem(file: &str) -> Option<String> {
+    if file.starts_with('/') {
+        return Some(format!(
+            "volume file {file:?}: give the image's path relative to the volume's root"
+        ));
+    }
+    boot_path_problem("volume file", &format!("/{file}"))
 }
 
 #[cfg(test)]
@@ -105,6 +145,39 @@ mod tests {
         let p = problems(ns, name, s, None);
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(p[0].contains(needle), "{needle:?} not in {p:?}");
+    }
+
+    #[test]
+    fn a_volume_is_a_claim_name_and_a_plain_relative_file() {
+        let mut s = spec();
+        s.boot =
+            serde_json::from_value(serde_json::json!({"volume": {"claimName": "disk-1"}})).unwrap();
+        assert_eq!(
+            s.boot,
+            Boot::Volume {
+                claim_name: "disk-1".into(),
+                file: "disk.img".into(),
+                format: "qcow2".into()
+            }
+        );
+        // the image store does not apply: the tenant's own volume
+        assert!(problems("ns", "vm", &s, Some("/var/lib/roam/images")).is_empty());
+        for (claim, file, format, needle) in [
+            ("Disk_1", "disk.img", "qcow2", "claimName \"Disk_1\""),
+            ("", "disk.img", "qcow2", "claimName"),
+            ("d", "/etc/shadow", "qcow2", "relative to the volume's root"),
+            ("d", "../x.img", "qcow2", "plain path"),
+            ("d", "a//b.img", "qcow2", "plain path"),
+            ("d", "", "qcow2", "plain path"),
+            ("d", "x.img", "vmdk", "vmdk"),
+        ] {
+            s.boot = Boot::Volume {
+                claim_name: claim.into(),
+                file: file.into(),
+                format: format.into(),
+            };
+            refused("ns", "vm", &s, needle);
+        }
     }
 
     #[test]

@@ -1,0 +1,222 @@
+//! A VM that boots from a PersistentVolumeClaim of its namespace (`boot.volume`), through the
+//! installed roam: a local PersistentVolume on node-a (a directory of node-a's own) bound to
+//! a claim holding a raw disk image. A VM whose claim does not exist waits (Pending,
+//! `VolumeNotReady`, an Event) with nothing created; one on the bound claim runs, its QEMU
+//! opening the image through the launcher pod's mount of the claim and no host directory of
+//! images; its migration is refused (the claim is not ReadWriteMany: the disk cannot follow);
+//! and an image file that is a symbolic link out of the volume is refused by the shim.
+
+use std::time::Duration;
+
+use roam_e2e::{Installed, Lab, VmCleanup, apply_crds, kubectl, try_kubectl, wait_until};
+use serde_json::{Value, json};
+
+const NS: &str = "p10-vol";
+const NET: &str = "p10vol";
+const PV: &str = "p10-disk";
+const CLAIM: &str = "p10-disk";
+/// The PersistentVolume's directory on node-a (node-a's own /var/lib/roam).
+const PV_DIR: &str = "/var/lib/roam/test-volumes/p10-disk";
+const LONG: Duration = Duration::from_secs(180);
+
+fn get(lab: &Lab, args: &[&str]) -> Option<Value> {
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["-o", "json"]);
+    serde_json::from_str(&try_kubectl(lab, &all).ok()?).ok()
+}
+
+fn vm(name: &str, claim: &str, file: &str) -> Value {
+    json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
+           "metadata": {"name": name, "namespace": NS},
+           "spec": {"cpu": 1, "memoryMiB": 128, "node": "node-a",
+                    "boot": {"volume": {"claimName": claim, "file": file, "format": "raw"}}}})
+}
+
+/// VM `name`'s phase and the message of its condition `kind` if that has `reason`.
+fn condition(lab: &Lab, name: &str, kind: &str, reason: &str) -> Option<(String, String)> {
+    let v = get(lab, &["-n", NS, "get", "vm", name])?;
+    let c = v["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind && c["reason"] == reason)?
+        .clone();
+    Some((
+        v["status"]["phase"].as_str()?.to_string(),
+        c["message"].as_str()?.to_string(),
+    ))
+}
+
+/// Removes the PersistentVolume, its claim and its directory, also after a failure.
+struct VolumeBack<'a>(&'a Lab);
+
+impl Drop for VolumeBack<'_> {
+    fn drop(&mut self) {
+        let _ = try_kubectl(
+            self.0,
+            &["-n", NS, "delete", "pvc", CLAIM, "--ignore-not-found"],
+        );
+        let _ = try_kubectl(self.0, &["delete", "pv", PV, "--ignore-not-found"]);
+        let _ = std::fs::remove_dir_all(self.0.node_path("node-a", PV_DIR));
+    }
+}
+
+/// Whether a QEMU process on this machine opens `file` (its command line names it).
+fn qemu_opens(file: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .any(|c| c.contains("qemu-system") && c.contains(file))
+}
+
+#[test]
+fn a_vm_boots_from_its_namespaces_volume_and_only_from_inside_it() {
+    let lab = Lab::get();
+    let mut cleanup = VmCleanup::new(&lab).namespace(NS).network(NET);
+    for name in ["p10vm1", "p10vm2", "p10vm3"] {
+        let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/{name}"));
+        cleanup = cleanup.vm(&format!("{NS}_{name}"), &[&tap]);
+    }
+    let _cleanup = cleanup.cleaned();
+    let _volume = VolumeBack(&lab);
+    apply_crds(&lab);
+    let ctl = Installed::get(&lab);
+    kubectl(&lab, &["create", "namespace", NS]);
+    let net = json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network",
+        "metadata": {"name": NET},
+        "spec": {"subnet": "100.162.0.0/24", "transitSubnet": "169.254.162.0/24", "poolSizePerNode": 1}});
+    roam_e2e::kubectl_manifest(&lab, "create", &net).expect("create the Network");
+
+    // a claim that does not exist: the VM waits, nothing is created
+    roam_e2e::kubectl_manifest(&lab, "create", &vm("p10vm1", "p10-missing", "disk.img"))
+        .expect("create p10vm1");
+    let (phase, msg) = wait_until(LONG, "p10vm1 waiting for its claim", || {
+        condition(&lab, "p10vm1", "Ready", "VolumeNotReady")
+    });
+    assert_eq!(phase, "Pending");
+    assert!(msg.contains("p10-missing does not exist"), "{msg}");
+    let events = try_kubectl(
+        &lab,
+        &[
+            "-n",
+            NS,
+            "get",
+            "events",
+            "--field-selector",
+            "reason=VolumeNotReady,involvedObject.name=p10vm1",
+            "-o",
+            "name",
+        ],
+    )
+    .unwrap_or_default();
+    assert!(!events.trim().is_empty(), "a VolumeNotReady Event");
+    let pods = get(&lab, &["-n", NS, "get", "pods", "-l", "roam.dev/vm=p10vm1"]).unwrap();
+    assert_eq!(pods["items"].as_array().map(Vec::len), Some(0), "{pods}");
+
+    // a local PersistentVolume on node-a holding a raw disk and a link out of the volume
+    let dir = lab.node_path("node-a", PV_DIR);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("disk.img"), vec![0u8; 1 << 20]).unwrap();
+    let _ = std::fs::remove_file(dir.join("escape.img"));
+    std::os::unix::fs::symlink("/etc/shadow", dir.join("escape.img")).unwrap();
+    let pv = json!({"apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": PV},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "p10-local",
+                 "local": {"path": PV_DIR},
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-a"]}]}]}}}});
+    roam_e2e::kubectl_manifest(&lab, "create", &pv).expect("create the PersistentVolume");
+    let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": CLAIM, "namespace": NS},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "p10-local",
+                 "volumeName": PV, "resources": {"requests": {"storage": "1Gi"}}}});
+    roam_e2e::kubectl_manifest(&lab, "create", &claim).expect("create the claim");
+    wait_until(LONG, "the claim Bound", || {
+        let c = get(&lab, &["-n", NS, "get", "pvc", CLAIM])?;
+        (c["status"]["phase"] == "Bound").then_some(())
+    });
+
+    // the VM on the bound claim runs; its QEMU opens the image through the pod's mount
+    roam_e2e::kubectl_manifest(&lab, "create", &vm("p10vm2", CLAIM, "disk.img"))
+        .expect("create p10vm2");
+    wait_until(LONG, "p10vm2 Running", || {
+        let v = get(&lab, &["-n", NS, "get", "vm", "p10vm2"])?;
+        (v["status"]["phase"] == "Running").then_some(())
+    });
+    let image = format!("{}/disk.img", roam_migrator::core::launcher::VOLUME_DIR);
+    assert!(
+        qemu_opens(&image),
+        "p10vm2's QEMU opens {image}\n{}",
+        ctl.log_tail(30)
+    );
+    let pod = get(&lab, &["-n", NS, "get", "pod", "-l", "roam.dev/vm=p10vm2"])
+        .and_then(|l| l["items"].get(0).cloned())
+        .expect("p10vm2's launcher pod");
+    let volumes = pod["spec"]["volumes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        volumes
+            .iter()
+            .any(|v| v["persistentVolumeClaim"]["claimName"] == CLAIM),
+        "{volumes:?}"
+    );
+    assert!(
+        !volumes.iter().any(|v| v["hostPath"]["path"]
+            .as_str()
+            .is_some_and(|p| p.contains("images"))),
+        "no image store: {volumes:?}"
+    );
+
+    // its migration is refused: a ReadWriteOnce claim cannot follow it
+    kubectl(
+        &lab,
+        &[
+            "-n",
+            NS,
+            "annotate",
+            "vm",
+            "p10vm2",
+            "roam.dev/migrate-to=node-b",
+        ],
+    );
+    let reason = wait_until(LONG, "p10vm2's migration refused", || {
+        let ms = get(&lab, &["-n", NS, "get", "vmim", "-l", "roam.dev/vm=p10vm2"])?;
+        ms["items"].as_array()?.iter().find_map(|m| {
+            (m["status"]["phase"] == "Failed")
+                .then(|| m["status"]["reason"].as_str().map(String::from))?
+        })
+    });
+    assert!(reason.contains("not ReadWriteMany"), "{reason}");
+    let v = get(&lab, &["-n", NS, "get", "vm", "p10vm2"]).unwrap();
+    assert_eq!(
+        (v["status"]["phase"].as_str(), v["status"]["node"].as_str()),
+        (Some("Running"), Some("node-a")),
+        "the VM stays where it is"
+    );
+
+    // an image file that links out of the volume: the shim refuses it
+    roam_e2e::kubectl_manifest(&lab, "create", &vm("p10vm3", CLAIM, "escape.img"))
+        .expect("create p10vm3");
+    let (_, msg) = wait_until(LONG, "p10vm3's launcher refusing the link", || {
+        condition(&lab, "p10vm3", "Ready", "LauncherFailing")
+    });
+    assert!(msg.contains("resolves to"), "{msg}");
+    assert!(!qemu_opens("/etc/shadow"));
+
+    kubectl(
+        &lab,
+        &["-n", NS, "delete", "vm", "p10vm1", "p10vm2", "p10vm3"],
+    );
+    for n in ["p10vm1", "p10vm2", "p10vm3"] {
+        wait_until(LONG, &format!("{n} gone"), || {
+            try_kubectl(&lab, &["-n", NS, "get", "vm", n])
+                .is_err()
+                .then_some(())
+        });
+    }
+}
