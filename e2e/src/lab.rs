@@ -531,3 +531,73 @@ pub fn node_try_run(lab: &Lab, node: &str, program: &str, args: &[&str]) -> Resu
     all.extend_from_slice(args);
     try_run("nsenter", &all)
 }
+
+/// A kubeconfig for the lab's API server that authenticates as `system_ns/sa` with the token
+/// Kubernetes 1.20 put in the service account's Secret (the lab's kube-controller-manager
+/// creates it), written under the lab directory.
+pub fn service_account_kubeconfig(lab: &Lab, system_ns: &str, sa: &str) -> std::path::PathBuf {
+    let secret = wait_until(
+        std::time::Duration::from_secs(180),
+        "the service account's token Secret",
+        || {
+            let s: serde_json::Value = serde_json::from_str(
+                &try_kubectl(
+                    lab,
+                    &["-n", system_ns, "get", "serviceaccount", sa, "-o", "json"],
+                )
+                .ok()?,
+            )
+            .ok()?;
+            s["secrets"][0]["name"].as_str().map(str::to_string)
+        },
+    );
+    let token = wait_until(
+        std::time::Duration::from_secs(180),
+        "the token in the Secret",
+        || {
+            try_kubectl(
+                lab,
+                &[
+                    "-n",
+                    system_ns,
+                    "get",
+                    "secret",
+                    &secret,
+                    "-o",
+                    "go-template={{.data.token | base64decode}}",
+                ],
+            )
+            .ok()
+            .filter(|t| !t.trim().is_empty())
+        },
+    );
+    let s: serde_json::Value = serde_json::from_str(&kubectl(
+        lab,
+        &["-n", system_ns, "get", "secret", &secret, "-o", "json"],
+    ))
+    .expect("the token Secret as JSON");
+    let ca = s["data"]["ca.crt"]
+        .as_str()
+        .expect("ca.crt in the token Secret");
+    let server = kubectl(
+        lab,
+        &[
+            "config",
+            "view",
+            "--raw",
+            "--minify",
+            "-o",
+            "jsonpath={.clusters[0].cluster.server}",
+        ],
+    );
+    let kc = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "lab", "cluster": {"server": server.trim(), "certificate-authority-data": ca}}],
+        "users": [{"name": sa, "user": {"token": token.trim()}}],
+        "contexts": [{"name": sa, "context": {"cluster": "lab", "user": sa}}],
+        "current-context": sa,
+    });
+    let path = lab.dir().join(format!("{sa}.kubeconfig"));
+    std::fs::write(&path, kc.to_string()).expect("write the service account's kubeconfig");
+    path
+}

@@ -1370,57 +1370,6 @@ impl Drop for RbacFixture {
     }
 }
 
-/// A kubeconfig for the lab's API server that authenticates as `system_ns/sa` with the token
-/// Kubernetes 1.20 put in the service account's Secret (the lab's kube-controller-manager
-/// creates it), written under the lab directory.
-fn service_account_kubeconfig(lab: &Lab, system_ns: &str, sa: &str) -> std::path::PathBuf {
-    let secret = wait_until(LONG, "the service account's token Secret", || {
-        let s = get_json(lab, &["-n", system_ns, "get", "serviceaccount", sa]);
-        s["secrets"][0]["name"].as_str().map(str::to_string)
-    });
-    let token = wait_until(LONG, "the token in the Secret", || {
-        try_kubectl(
-            lab,
-            &[
-                "-n",
-                system_ns,
-                "get",
-                "secret",
-                &secret,
-                "-o",
-                "go-template={{.data.token | base64decode}}",
-            ],
-        )
-        .ok()
-        .filter(|t| !t.trim().is_empty())
-    });
-    let s = get_json(lab, &["-n", system_ns, "get", "secret", &secret]);
-    let ca = s["data"]["ca.crt"]
-        .as_str()
-        .expect("ca.crt in the token Secret");
-    let server = kubectl(
-        lab,
-        &[
-            "config",
-            "view",
-            "--raw",
-            "--minify",
-            "-o",
-            "jsonpath={.clusters[0].cluster.server}",
-        ],
-    );
-    let kc = json!({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "lab", "cluster": {"server": server.trim(), "certificate-authority-data": ca}}],
-        "users": [{"name": sa, "user": {"token": token.trim()}}],
-        "contexts": [{"name": sa, "context": {"cluster": "lab", "user": sa}}],
-        "current-context": sa,
-    });
-    let path = lab.dir().join(format!("{sa}.kubeconfig"));
-    std::fs::write(&path, kc.to_string()).expect("write the service account's kubeconfig");
-    path
-}
-
 /// Removes a file (the service account's kubeconfig: it holds a token) when dropped.
 struct RemoveFile(std::path::PathBuf);
 
@@ -1481,7 +1430,7 @@ fn controller_runs_under_its_least_privilege_service_account() {
     let _fixture = KubeFixture::new(&lab, ns, &[net], &[]);
     let _ovn = LabNetwork::new(&lab, net, &[]);
     let _rbac = RbacFixture::apply(&lab, sys, sa);
-    let kubeconfig = service_account_kubeconfig(&lab, sys, sa);
+    let kubeconfig = roam_e2e::service_account_kubeconfig(&lab, sys, sa);
     let _token = RemoveFile(kubeconfig.clone());
     // each node's own directory (the launcher pods create it)
     let vm_logs = "/var/log/roam/r5-rbac-vms";
