@@ -1,6 +1,8 @@
 # Lab Kubernetes control plane: etcd, kube-apiserver (on the lab bridge, so node
-# namespaces reach it), kube-controller-manager (namespace, GC, service accounts, and the
-# Deployment, ReplicaSet and DaemonSet controllers roam's installation needs). The Node
+# namespaces reach it), kube-controller-manager (namespace, GC, service accounts, the
+# Deployment, ReplicaSet and DaemonSet controllers roam's installation needs, ClusterRole
+# aggregation for roam's tenant roles, and the PersistentVolume binder and protection for
+# VMs on claims). The Node
 # objects node-a and node-b are registered by the nodes' real kubelets, kube-scheduler is
 # started with them (kubelet.sh). No kube-proxy: pods reach the API server at its own address (the
 # lab overlay of deploy/ sets KUBERNETES_SERVICE_HOST).
@@ -83,7 +85,7 @@ kube_up() {
   log "kube-apiserver ready in $(elapsed "$t0") s"
   "$KUBE_BIN/kube-controller-manager" --kubeconfig="$KUBECONFIG_PATH" \
     --authentication-kubeconfig="$KUBECONFIG_PATH" --authorization-kubeconfig="$KUBECONFIG_PATH" \
-    --controllers=namespace,garbagecollector,serviceaccount,serviceaccount-token,deployment,replicaset,daemonset \
+    --controllers=namespace,garbagecollector,serviceaccount,serviceaccount-token,deployment,replicaset,daemonset,clusterrole-aggregation,persistentvolume-binder,pvc-protection,pv-protection \
     --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" --use-service-account-credentials=false \
     --leader-elect=false --bind-address=127.0.0.1 --secure-port=0 --port=0 --logtostderr=true --v=1 \
     >"$KDIR/logs/kube-controller-manager.log" 2>&1 9>&- &
