@@ -201,12 +201,14 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
 
     // a pod labelled as the VM's and annotated with the VM's address: its own address, the
     // VM's Address untouched
-    let launcher = st["pod"].as_str().unwrap().to_string();
-    let launcher_pod = get(&lab, &["-n", NS, "get", "pod", &launcher]).expect("t1's launcher");
-    let stolen = launcher_pod["metadata"]["annotations"]["roam.dev/addresses"]
-        .as_str()
-        .expect("the launcher's addresses")
-        .to_string();
+    // (the launcher is host-networked: the forged annotation is written from the VM's
+    // Address, in the form roam-controller writes for a pod, and is one the CNI would parse)
+    let a = get(&lab, &["get", "address", &address]).expect("t1's Address");
+    let stolen = json!([{"name": "eth0", "network": NET, "mode": "overlay",
+        "address": address, "port": address, "ip": ip, "prefixLen": 32,
+        "mac": a["spec"]["mac"], "gateway": "100.163.0.1", "mtu": 1400, "dhcp": true}])
+    .to_string();
+    roam_contract::annotation::parse_addresses(&stolen).expect("a well-formed forgery");
     let mut forger = roam_e2e::sleeper_pod(NS, "forger", "node-b");
     forger["metadata"]["labels"] = json!({"roam.dev/vm": "t1"});
     forger["metadata"]["annotations"] = json!({"roam.dev/addresses": stolen});

@@ -181,8 +181,11 @@ pub const VOLUME_DIR: &str = "/var/lib/roam/volume";
 
 /// The launcher pod's container that shows the guest's serial console (`kubectl logs`).
 pub const CONSOLE_CONTAINER: &str = "console";
-/// The annotation that makes `kubectl logs POD` read a given container.
+/// The annotation that makes `kubectl logs POD` (and `exec`) pick a given container, from
+/// kubectl 1.21 on.
 pub const DEFAULT_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-container";
+/// Its forerunner for `kubectl logs`, which kubectl 1.20 (the lab's) reads.
+pub const DEFAULT_LOGS_CONTAINER_ANNOTATION: &str = "kubectl.kubernetes.io/default-logs-container";
 
 /// The shim's URL on a node: `https://` when the launchers have the nodes' roam identities
 /// (`tls`, [`VmConfig::node_pki_dir`]), the node API then being mutual TLS only.
@@ -384,11 +387,14 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         libvirtd_mounts.push(json!({"name": "node-pki", "mountPath": pki, "readOnly": true}));
     }
     let mut annotations = BTreeMap::new();
-    // `kubectl logs POD` shows the guest's serial console
-    annotations.insert(
-        DEFAULT_CONTAINER_ANNOTATION.to_string(),
-        CONSOLE_CONTAINER.to_string(),
-    );
+    // `kubectl logs POD` shows the guest's serial console (kubectl 1.21 and later read the
+    // first annotation, earlier ones the second)
+    for a in [
+        DEFAULT_CONTAINER_ANNOTATION,
+        DEFAULT_LOGS_CONTAINER_ANNOTATION,
+    ] {
+        annotations.insert(a.to_string(), CONSOLE_CONTAINER.to_string());
+    }
     if let Some(m) = l.migration {
         annotations.insert(MIGRATION_ANNOTATION.to_string(), m.to_string());
     }
@@ -552,10 +558,15 @@ mod tests {
     fn kubectl_logs_shows_the_guests_console_from_an_unprivileged_container() {
         let nics = [nic(0, "a.node-a")];
         let p = launcher_pod(&cfg(), &vm(), &boot_on_a(&nics)).unwrap();
-        assert_eq!(
-            p.metadata.annotations.as_ref().unwrap()[DEFAULT_CONTAINER_ANNOTATION],
-            CONSOLE_CONTAINER
-        );
+        for a in [
+            DEFAULT_CONTAINER_ANNOTATION,
+            DEFAULT_LOGS_CONTAINER_ANNOTATION,
+        ] {
+            assert_eq!(
+                p.metadata.annotations.as_ref().unwrap()[a],
+                CONSOLE_CONTAINER
+            );
+        }
         let spec = p.spec.unwrap();
         let console = spec
             .containers
