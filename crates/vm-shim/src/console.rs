@@ -156,6 +156,29 @@ mod tests {
         }
     }
 
+    /// A follower of `path` started now (in this thread) and run in another: its output,
+    /// its stop and its thread.
+    fn follow_in_thread(
+        path: &Path,
+    ) -> (
+        Shared,
+        Arc<AtomicBool>,
+        std::thread::JoinHandle<std::io::Result<()>>,
+    ) {
+        let out = Shared::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let f = Follower::start(path);
+        let (mut o, s) = (out.clone(), stop.clone());
+        let t = std::thread::spawn(move || {
+            f.run(
+                &mut o,
+                || s.load(Ordering::SeqCst),
+                Duration::from_millis(10),
+            )
+        });
+        (out, stop, t)
+    }
+
     fn append(path: &Path, text: &str) {
         let mut f = std::fs::OpenOptions::new()
             .create(true)
@@ -172,19 +195,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("vm.serial.log");
         append(&path, "an earlier VM's boot\n");
-        let out = Shared::default();
-        let stop = Arc::new(AtomicBool::new(false));
-        let follower = {
-            let f = Follower::start(&path);
-            let (mut out, stop) = (out.clone(), stop.clone());
-            std::thread::spawn(move || {
-                f.run(
-                    &mut out,
-                    || stop.load(Ordering::SeqCst),
-                    Duration::from_millis(10),
-                )
-            })
-        };
+        let (out, stop, follower) = follow_in_thread(&path);
         // what was there is skipped; what comes is shown
         append(&path, "Linux version 6.1\n");
         out.wait_for("Linux version 6.1\n");
@@ -209,19 +220,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("vm.serial.log");
-        let out = Shared::default();
-        let stop = Arc::new(AtomicBool::new(false));
-        let follower = {
-            let f = Follower::start(&path);
-            let (mut out, stop) = (out.clone(), stop.clone());
-            std::thread::spawn(move || {
-                f.run(
-                    &mut out,
-                    || stop.load(Ordering::SeqCst),
-                    Duration::from_millis(10),
-                )
-            })
-        };
+        let (out, stop, follower) = follow_in_thread(&path);
         append(&path, "first line of a new VM\n");
         out.wait_for("first line of a new VM\n");
         stop.store(true, Ordering::SeqCst);
