@@ -1446,6 +1446,18 @@ fn controller_runs_under_its_least_privilege_service_account() {
             "--ignore-not-found",
             "--wait=false",
         ])
+        // its teardown finalizer is the test's controller's, gone by then: let it go, or
+        // the namespace stays Terminating and the next run cannot create it
+        .kubectl(&[
+            "-n",
+            ns,
+            "patch",
+            "vm",
+            "vm1",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ])
         .vm(&format!("{ns}_vm1"), &[&tap])
         .node_path(vm_logs)
         .cleaned();
