@@ -176,6 +176,8 @@ roam_status() {
   if roam_ready 2>/dev/null; then
     echo "roam: installed, roam-controller leader $(roam_leader), roam-cni and roam-node ready on every node"
   else
-    echo "roam: NOT READY (e2e/lab up installs it)"; return 1
+    local k="kubectl --kubeconfig $KUBECONFIG_PATH"
+    echo "roam: NOT READY (e2e/lab up installs it): controller replicas/ready $($k -n roam-system get deploy roam-controller -o jsonpath='{.spec.replicas}/{.status.readyReplicas}' 2>&1), leader $(roam_leader || echo none), roam-cni desired/ready/updated $($k -n kube-system get ds roam-cni -o jsonpath='{.status.desiredNumberScheduled}/{.status.numberReady}/{.status.updatedNumberScheduled}' 2>&1), roam-node $($k -n roam-system get ds roam-node -o jsonpath='{.status.desiredNumberScheduled}/{.status.numberReady}/{.status.updatedNumberScheduled}' 2>&1)"
+    return 1
   fi
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::client::Resumption;
 use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 
 use crate::{Error, Result};
@@ -77,7 +78,7 @@ impl TlsSettings {
         }
         let key = PrivateKeyDer::from_pem_file(&files.key)
             .map_err(|e| bad(&files.key, "private key file", e))?;
-        let config = ClientConfig::builder_with_provider(Arc::new(
+        let mut config = ClientConfig::builder_with_provider(Arc::new(
             tokio_rustls::rustls::crypto::ring::default_provider(),
         ))
         .with_safe_default_protocol_versions()
@@ -91,6 +92,11 @@ impl TlsSettings {
                 files.key.display()
             ))
         })?;
+        // Every connection is a full handshake: ovsdb-server (OpenSSL, client certificates
+        // required, no session id context) fails a resumed session with an internal error
+        // ("session id context uninitialized"), so with rustls' session cache two of every
+        // three connections made with one configuration were refused.
+        config.resumption = Resumption::disabled();
         Ok(TlsSettings {
             config: Arc::new(config),
             server_name: None,
