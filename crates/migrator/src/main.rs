@@ -16,6 +16,7 @@
 //!                 [--peer-libvirt-uri TEMPLATE({node},{ip},{port})] [--vm-log-dir DIR]
 //!                 [--launcher-priority-class NAME] [--node-pki-dir DIR] [--image-root DIR]
 //!                 [--pki-namespace NS [--node-cert-validity-minutes N]]
+//!                 [--cpu-allocation-ratio N]
 //! ```
 //!
 //! With `--pki-namespace` (the installation sets `roam-system`) this controller is roam's
@@ -58,6 +59,7 @@ struct Flags {
     launcher_priority_class: Option<String>,
     node_pki_dir: Option<String>,
     image_root: Option<String>,
+    cpu_allocation_ratio: u32,
     pki: Option<controller::certs::PkiConfig>,
 }
 
@@ -67,7 +69,8 @@ const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] 
 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--namespace-selector LABELS] [--event-namespace NS] [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS] \
 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI] \
 [--peer-libvirt-uri TEMPLATE({node},{ip},{port})] [--vm-log-dir DIR] [--launcher-priority-class NAME] \
-[--node-pki-dir DIR] [--image-root DIR] [--pki-namespace NS [--node-cert-validity-minutes N]] | --version";
+[--node-pki-dir DIR] [--image-root DIR] [--pki-namespace NS [--node-cert-validity-minutes N]] \
+[--cpu-allocation-ratio N] | --version";
 
 /// The peer URI with the nodes' certificates: libvirt's client finds the node's certificate,
 /// key and the roam CA under `pkipath` (roam-shim libvirtd links them there), and checks the
@@ -137,6 +140,7 @@ fn parse() -> anyhow::Result<Flags> {
         "node-cert-validity-minutes",
         "node-pki-dir",
         "image-root",
+        "cpu-allocation-ratio",
     ];
     if let Some(k) = given.keys().find(|k| !known.contains(&k.as_str())) {
         bail!("unknown flag --{k}\n{USAGE}");
@@ -178,6 +182,17 @@ fn parse() -> anyhow::Result<Flags> {
         namespace_selector: get("namespace-selector"),
         event_namespace: get("event-namespace").unwrap_or_else(|| "default".into()),
         concurrency: num("concurrency", 32)?.clamp(1, 1024) as u16,
+        cpu_allocation_ratio: {
+            let r = num(
+                "cpu-allocation-ratio",
+                roam_migrator::core::placement::DEFAULT_CPU_ALLOCATION_RATIO.into(),
+            )?;
+            anyhow::ensure!(
+                (1..=100).contains(&r),
+                "--cpu-allocation-ratio {r}: give 1 to 100 vCPUs per requested CPU (1 reserves a CPU per vCPU)"
+            );
+            r as u32
+        },
         claims_in_flight: num("claims-in-flight", 2)? as usize,
         ovn_debounce_ms: num("ovn-debounce-ms", 20)?,
         sweep_period_ms: num("sweep-period-ms", 2000)?.max(100),
@@ -378,6 +393,7 @@ async fn main() -> anyhow::Result<()> {
             priority_class: flags.launcher_priority_class.clone(),
             node_pki_dir: flags.node_pki_dir.clone(),
             image_root: flags.image_root.clone(),
+            cpu_allocation_ratio: flags.cpu_allocation_ratio,
         },
         pki: flags.pki.clone(),
     };

@@ -484,6 +484,7 @@ pub(super) fn config() -> Config {
             priority_class: None,
             node_pki_dir: None,
             image_root: None,
+            cpu_allocation_ratio: crate::core::placement::DEFAULT_CPU_ALLOCATION_RATIO,
         },
         pki: None,
     }

@@ -111,7 +111,7 @@ fn node_ip_if_ready(n: &Node) -> Option<String> {
 
 /// What the scheduler would weigh of each node of the node selector (see
 /// [`crate::core::placement`]): readiness, cordon, taints, labels, allocatable memory and
-/// what the pods bound to it (not finished) request.
+/// CPU and what the pods bound to it (not finished) request.
 pub(super) async fn node_facts(ctx: &Context) -> Result<Vec<NodeFacts>> {
     let api: Api<Node> = Api::all(ctx.client.clone());
     let mut lp = ListParams::default();
@@ -121,26 +121,36 @@ pub(super) async fn node_facts(ctx: &Context) -> Result<Vec<NodeFacts>> {
     let nodes = api.list(&lp).await?.items;
     let pods: Api<Pod> = Api::all(ctx.client.clone());
     let live = ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed");
-    let mut requested: BTreeMap<String, u64> = BTreeMap::new();
+    // (MiB, millicores) requested on each node
+    let mut requested: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for p in pods.list(&live).await?.items {
         let Some(spec) = p.spec else { continue };
         let Some(node) = spec.node_name else { continue };
-        let mib: u64 = spec
-            .containers
-            .iter()
-            .filter_map(|c| c.resources.as_ref()?.requests.as_ref()?.get("memory"))
-            .filter_map(|q| placement::memory_mib(&q.0))
-            .sum();
-        *requested.entry(node).or_default() += mib;
+        let sum = |what: &str, parse: fn(&str) -> Option<u64>| -> u64 {
+            spec.containers
+                .iter()
+                .filter_map(|c| c.resources.as_ref()?.requests.as_ref()?.get(what))
+                .filter_map(|q| parse(&q.0))
+                .sum()
+        };
+        let r = requested.entry(node).or_default();
+        r.0 += sum("memory", placement::memory_mib);
+        r.1 += sum("cpu", placement::millicpu);
     }
     Ok(nodes
         .iter()
-        .map(|n| facts_of(n, requested.get(&n.name_any()).copied().unwrap_or(0)))
+        .map(|n| facts_of(n, requested.get(&n.name_any()).copied().unwrap_or_default()))
         .collect())
 }
 
-/// What placement needs to know of node `n`, on which pods request `requested_mib`.
-fn facts_of(n: &Node, requested_mib: u64) -> NodeFacts {
+/// What VM `vm`'s launcher pod needs of a node, at the configured CPU allocation ratio.
+pub(super) fn need_of(ctx: &Context, vm: &VirtualMachine) -> Need {
+    Need::of(&vm.spec, ctx.config.vm.cpu_allocation_ratio)
+}
+
+/// What placement needs to know of node `n`, on which pods request `requested` (MiB,
+/// millicores).
+fn facts_of(n: &Node, requested: (u64, u64)) -> NodeFacts {
     let spec = n.spec.clone().unwrap_or_default();
     let allocatable = |what: &str| {
         n.status
@@ -166,8 +176,9 @@ fn facts_of(n: &Node, requested_mib: u64) -> NodeFacts {
         allocatable_mib: allocatable("memory")
             .and_then(|q| placement::memory_mib(&q))
             .unwrap_or(0),
-        requested_mib,
-        cpus: allocatable("cpu").and_then(|q| placement::whole_cpus(&q)),
+        requested_mib: requested.0,
+        allocatable_millicpu: allocatable("cpu").and_then(|q| placement::millicpu(&q)),
+        requested_millicpu: requested.1,
     }
 }
 
@@ -582,7 +593,7 @@ async fn place(
 ) -> Result<Option<(String, String)>> {
     let (node, unplaced) = match st.node.clone().or_else(|| vm.spec.node.clone()) {
         Some(n) => (Some(n), None),
-        None => match placement::pick(&node_facts(ctx).await?, None, &Need::of(&vm.spec)) {
+        None => match placement::pick(&node_facts(ctx).await?, None, &need_of(ctx, vm)) {
             Ok(n) => (Some(n), None),
             Err(why) => (None, Some(why)),
         },
@@ -593,7 +604,7 @@ async fn place(
     };
     if let (None, Some(_), Some(n)) = (&st.node, &vm.spec.node, &found) {
         // pinned to a node that could never hold the VM: refused, not waited for
-        if let Some(why) = placement::never_fits(&facts_of(n, 0), &Need::of(&vm.spec)) {
+        if let Some(why) = placement::never_fits(&facts_of(n, (0, 0)), &need_of(ctx, vm)) {
             return Err(Error::InvalidVm {
                 vm: vm_key(vm),
                 problem: format!(
@@ -877,7 +888,7 @@ async fn trigger_migration(ctx: &Context, vm: &VirtualMachine, value: &str) -> R
         Ok(MigrateTo::Node(n)) => Some(n),
         Ok(MigrateTo::Auto) => {
             let here = vm.status.as_ref().and_then(|s| s.node.clone());
-            let need = Need::of(&vm.spec);
+            let need = need_of(ctx, vm);
             match placement::pick(&node_facts(ctx).await?, here.as_deref(), &need) {
                 Ok(n) => Some(n),
                 Err(why) => {

@@ -60,6 +60,9 @@ pub struct VmConfig {
     /// the only host directory of boot files the launcher mounts (read-only). `None`: any
     /// absolute path, its directory mounted.
     pub image_root: Option<String>,
+    /// vCPUs per CPU the launcher requests
+    /// ([`crate::core::placement::DEFAULT_CPU_ALLOCATION_RATIO`] by default).
+    pub cpu_allocation_ratio: u32,
 }
 
 /// Whether `p` is a VM launcher pod.
@@ -398,6 +401,8 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
     if let Some(m) = l.migration {
         annotations.insert(MIGRATION_ANNOTATION.to_string(), m.to_string());
     }
+    // what the scheduler, the kubelet and quotas count against the node
+    let need = crate::core::placement::Need::of(&vm.spec, cfg.cpu_allocation_ratio);
     let owner = vm.controller_owner_ref(&()).map(|o| vec![o]);
     let pod = json!({
         "apiVersion": "v1",
@@ -436,7 +441,8 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
                 // memory and QEMU's and the shim's own (roam's placement does the same sum);
                 // QEMU runs in this container
                 "resources": {"requests": {
-                    "memory": format!("{}Mi", crate::core::placement::Need::vm(vm.spec.memory_mib).memory_mib),
+                    "memory": format!("{}Mi", need.memory_mib),
+                    "cpu": format!("{}m", need.millicpu),
                 }},
                 "securityContext": {"privileged": true},
                 // a crash's last log lines become its termination message: the VM's
@@ -513,6 +519,7 @@ mod tests {
             priority_class: None,
             node_pki_dir: None,
             image_root: None,
+            cpu_allocation_ratio: crate::core::placement::DEFAULT_CPU_ALLOCATION_RATIO,
         }
     }
 
@@ -725,6 +732,8 @@ mod tests {
             requests["memory"].0,
             format!("{}Mi", 256 + crate::core::placement::LAUNCHER_OVERHEAD_MIB)
         );
+        // and its CPU: the VM's vCPUs at the allocation ratio (10 per CPU by default)
+        assert_eq!(requests["cpu"].0, "100m");
         // nothing the target node's kubelet must fetch through the node authorizer
         for v in spec.volumes.iter().flatten() {
             assert!(

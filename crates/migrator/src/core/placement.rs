@@ -2,7 +2,7 @@
 //! `roam.dev/migrate-to=auto` — under the constraints the scheduler would apply to its
 //! launcher pod: the node is Ready and not cordoned, every taint that keeps pods off
 //! (`NoSchedule`, `NoExecute`) is tolerated, its labels match the node selector, and its
-//! allocatable memory less what its pods request holds the launcher's request. Among the
+//! allocatable memory and CPU less what its pods request hold the launcher's requests. Among the
 //! nodes that fit, the one with the most memory left after the VM (the scheduler's
 //! least-allocated score), then the name: never simply the first name. When none fits the
 //! answer names each node and why, for the VM's or the migration's status.
@@ -13,6 +13,18 @@ use std::collections::BTreeMap;
 /// structures, I/O buffers) and the shim's. A VM of `memory_mib` requests `memory_mib` +
 /// this.
 pub const LAUNCHER_OVERHEAD_MIB: u64 = 192;
+
+/// vCPUs per requested CPU, unless the controller is told otherwise
+/// (`--cpu-allocation-ratio`): a launcher requests 1000 / 10 = 100 millicores per vCPU, as
+/// KubeVirt's default `cpuAllocationRatio` does — guests rarely keep every vCPU busy, and a
+/// node's CPUs are shared as the admin chose. Ratio 1 reserves a whole CPU per vCPU.
+pub const DEFAULT_CPU_ALLOCATION_RATIO: u32 = 10;
+
+/// The CPU a launcher of `vcpus` requests, in millicores, at `ratio` vCPUs per CPU (rounded
+/// up; a ratio of 0 counts as 1).
+pub fn launcher_millicpu(vcpus: u32, ratio: u32) -> u64 {
+    (u64::from(vcpus) * 1000).div_ceil(u64::from(ratio.max(1)))
+}
 
 /// A node's taint.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,9 +80,10 @@ pub struct NodeFacts {
     pub allocatable_mib: u64,
     /// What the pods bound to it (not finished) request, MiB.
     pub requested_mib: u64,
-    /// `status.allocatable.cpu`, whole CPUs (rounded down); `None` when the node does not
-    /// say.
-    pub cpus: Option<u32>,
+    /// `status.allocatable.cpu`, millicores; `None` when the node does not say.
+    pub allocatable_millicpu: Option<u64>,
+    /// What the pods bound to it (not finished) request, millicores.
+    pub requested_millicpu: u64,
 }
 
 /// What the VM's launcher pod needs of a node.
@@ -84,6 +97,8 @@ pub struct Need {
     pub node_selector: BTreeMap<String, String>,
     /// The VM's vCPUs: a node with fewer allocatable CPUs cannot run it.
     pub cpus: u32,
+    /// Its CPU request, millicores ([`launcher_millicpu`]).
+    pub millicpu: u64,
 }
 
 impl Need {
@@ -96,8 +111,9 @@ impl Need {
         }
     }
 
-    /// What VM `spec` needs: its launcher's memory, its tolerations and node selector.
-    pub fn of(spec: &crate::api::VirtualMachineSpec) -> Need {
+    /// What VM `spec` needs: its launcher's memory and CPU (at `cpu_ratio` vCPUs per CPU),
+    /// its tolerations and node selector.
+    pub fn of(spec: &crate::api::VirtualMachineSpec, cpu_ratio: u32) -> Need {
         Need {
             tolerations: spec
                 .tolerations
@@ -111,6 +127,7 @@ impl Need {
                 .collect(),
             node_selector: spec.node_selector.clone(),
             cpus: spec.cpu,
+            millicpu: launcher_millicpu(spec.cpu, cpu_ratio),
             ..Need::vm(spec.memory_mib)
         }
     }
@@ -121,6 +138,12 @@ impl Need {
 pub fn never_fits(n: &NodeFacts, need: &Need) -> Option<String> {
     if let Some(short) = too_few_cpus(n, need) {
         return Some(format!("node {} has {short}", n.name));
+    }
+    if let Some(a) = n.allocatable_millicpu.filter(|a| *a < need.millicpu) {
+        return Some(format!(
+            "node {} has {a}m of allocatable CPU, the launcher requests {}m",
+            n.name, need.millicpu
+        ));
     }
     (n.allocatable_mib > 0 && n.allocatable_mib < need.memory_mib).then(|| {
         format!(
@@ -133,21 +156,24 @@ pub fn never_fits(n: &NodeFacts, need: &Need) -> Option<String> {
 /// `n` has fewer allocatable CPUs than the VM has vCPUs: how many each (`None`: enough, or
 /// the node does not say).
 fn too_few_cpus(n: &NodeFacts, need: &Need) -> Option<String> {
-    let cpus = n.cpus.filter(|c| *c < need.cpus)?;
+    let cpus = n
+        .allocatable_millicpu
+        .map(|m| m / 1000)
+        .filter(|c| *c < u64::from(need.cpus))?;
     Some(format!(
         "{cpus} allocatable CPUs, the VM {} vCPUs",
         need.cpus
     ))
 }
 
-/// A CPU quantity (`2`, `1500m`, `0.5`) in whole CPUs, rounded down; `None`: unreadable.
-pub fn whole_cpus(q: &str) -> Option<u32> {
+/// A CPU quantity (`2`, `1500m`, `0.5`) in millicores, rounded up; `None`: unreadable.
+pub fn millicpu(q: &str) -> Option<u64> {
     let q = q.trim();
     let milli: f64 = match q.strip_suffix('m') {
         Some(m) => m.parse().ok()?,
         None => q.parse::<f64>().ok()? * 1000.0,
     };
-    (milli.is_finite() && milli >= 0.0).then(|| (milli / 1000.0).floor() as u32)
+    (milli.is_finite() && milli >= 0.0).then(|| milli.ceil() as u64)
 }
 
 /// A memory quantity (`256Mi`, `1.5Gi`, `512M`, `1073741824`) in MiB, rounded up; `None`:
@@ -213,6 +239,15 @@ pub fn unfit(n: &NodeFacts, need: &Need) -> Option<String> {
             need.memory_mib
         ));
     }
+    if let Some(a) = n.allocatable_millicpu {
+        let free = a.saturating_sub(n.requested_millicpu);
+        if free < need.millicpu {
+            return Some(format!(
+                "{free}m of CPU free, the launcher requests {}m",
+                need.millicpu
+            ));
+        }
+    }
     None
 }
 
@@ -261,8 +296,9 @@ mod tests {
             ]
         }))
         .unwrap();
-        let need = Need::of(&spec);
+        let need = Need::of(&spec, DEFAULT_CPU_ALLOCATION_RATIO);
         assert_eq!(need.memory_mib, 256 + LAUNCHER_OVERHEAD_MIB);
+        assert_eq!(need.millicpu, 100, "1 vCPU at 10 vCPUs per CPU");
         assert_eq!(
             need.node_selector,
             [("zone".to_string(), "b".to_string())].into()
@@ -277,13 +313,17 @@ mod tests {
         // an empty key with Exists tolerates everything
         assert!(need.tolerations[1].tolerates(&taint("any", "x", "NoExecute")));
         assert_eq!(
-            Need::of(&crate::api::VirtualMachineSpec {
-                tolerations: vec![],
-                node_selector: Default::default(),
-                ..spec
-            }),
+            Need::of(
+                &crate::api::VirtualMachineSpec {
+                    tolerations: vec![],
+                    node_selector: Default::default(),
+                    ..spec
+                },
+                1
+            ),
             Need {
                 cpus: 1,
+                millicpu: 1000,
                 ..Need::vm(256)
             }
         );
@@ -309,11 +349,11 @@ mod tests {
             ..Need::vm(256)
         };
         let small = NodeFacts {
-            cpus: Some(2),
+            allocatable_millicpu: Some(2000),
             ..node("node-a", 4000)
         };
         let big = NodeFacts {
-            cpus: Some(4),
+            allocatable_millicpu: Some(4000),
             ..node("node-b", 1000)
         };
         assert!(unfit(&small, &need).unwrap().contains("2 allocatable CPUs"));
@@ -332,10 +372,58 @@ mod tests {
             ..node("node-d", 200)
         };
         assert!(never_fits(&tiny, &need).unwrap().contains("200 MiB"));
-        assert_eq!(whole_cpus("2"), Some(2));
-        assert_eq!(whole_cpus("1500m"), Some(1));
-        assert_eq!(whole_cpus("0.5"), Some(0));
-        assert_eq!(whole_cpus("lots"), None);
+        assert_eq!(millicpu("2"), Some(2000));
+        assert_eq!(millicpu("1500m"), Some(1500));
+        assert_eq!(millicpu("0.5"), Some(500));
+        assert_eq!(millicpu(" 0.0001"), Some(1), "rounded up");
+        assert_eq!(millicpu("lots"), None);
+        assert_eq!(millicpu("-1"), None);
+    }
+
+    /// The launcher requests its share of CPU (vCPUs over the allocation ratio): a node whose
+    /// pods already request nearly all its CPU does not take it, whatever its memory.
+    #[test]
+    fn a_node_without_the_cpu_the_launcher_requests_does_not_fit() {
+        assert_eq!(launcher_millicpu(1, DEFAULT_CPU_ALLOCATION_RATIO), 100);
+        assert_eq!(launcher_millicpu(3, 1), 3000);
+        assert_eq!(launcher_millicpu(1, 3), 334, "rounded up");
+        assert_eq!(launcher_millicpu(2, 0), 2000, "a ratio of 0 counts as 1");
+        let need = Need {
+            cpus: 2,
+            millicpu: launcher_millicpu(2, 4),
+            ..Need::vm(256)
+        };
+        let busy = NodeFacts {
+            allocatable_millicpu: Some(2000),
+            requested_millicpu: 1600,
+            ..node("node-a", 8000)
+        };
+        let idle = NodeFacts {
+            allocatable_millicpu: Some(2000),
+            requested_millicpu: 1500,
+            ..node("node-b", 1000)
+        };
+        assert_eq!(
+            unfit(&busy, &need).as_deref(),
+            Some("400m of CPU free, the launcher requests 500m")
+        );
+        assert_eq!(never_fits(&busy, &need), None, "it fits once pods leave");
+        assert_eq!(unfit(&idle, &need), None, "exactly enough");
+        assert_eq!(pick(&[busy, idle], None, &need).unwrap(), "node-b");
+        let small = NodeFacts {
+            allocatable_millicpu: Some(2000),
+            ..node("node-c", 8000)
+        };
+        let greedy = Need {
+            cpus: 2,
+            millicpu: launcher_millicpu(3, 1),
+            ..Need::vm(256)
+        };
+        assert!(
+            never_fits(&small, &greedy)
+                .unwrap()
+                .contains("2000m of allocatable CPU, the launcher requests 3000m")
+        );
     }
 
     #[test]
@@ -459,25 +547,30 @@ mod tests {
             any::<bool>(),
             0u64..4096,
             0u64..4096,
+            prop::option::of(0u64..4000),
+            0u64..4000,
         )
-            .prop_map(|(ready, cordoned, tainted, alloc, req)| NodeFacts {
-                name: String::new(),
-                ready,
-                unschedulable: cordoned,
-                taints: if tainted {
-                    vec![Taint {
-                        key: "k".into(),
-                        value: String::new(),
-                        effect: "NoSchedule".into(),
-                    }]
-                } else {
-                    vec![]
+            .prop_map(
+                |(ready, cordoned, tainted, alloc, req, cpu, cpu_req)| NodeFacts {
+                    name: String::new(),
+                    ready,
+                    unschedulable: cordoned,
+                    taints: if tainted {
+                        vec![Taint {
+                            key: "k".into(),
+                            value: String::new(),
+                            effect: "NoSchedule".into(),
+                        }]
+                    } else {
+                        vec![]
+                    },
+                    labels: BTreeMap::new(),
+                    allocatable_mib: alloc,
+                    requested_mib: req.min(alloc),
+                    allocatable_millicpu: cpu,
+                    requested_millicpu: cpu_req.min(cpu.unwrap_or(0)),
                 },
-                labels: BTreeMap::new(),
-                allocatable_mib: alloc,
-                requested_mib: req.min(alloc),
-                cpus: None,
-            })
+            )
     }
 
     proptest! {
@@ -485,9 +578,14 @@ mod tests {
         /// node that fits; an error only when no node fits.
         #[test]
         fn the_pick_fits_and_is_the_best(nodes in arb_nodes(),
-                                         mem in 0u64..2048, exclude in prop::option::of(0u8..6)) {
+                                         mem in 0u64..2048, vcpus in 1u32..4,
+                                         exclude in prop::option::of(0u8..6)) {
             let exclude = exclude.map(|i| format!("n{i}"));
-            let need = Need::vm(mem);
+            let need = Need {
+                cpus: vcpus,
+                millicpu: launcher_millicpu(vcpus, 2),
+                ..Need::vm(mem)
+            };
             let fitting: Vec<&NodeFacts> = nodes
                 .iter()
                 .filter(|n| Some(&n.name) != exclude.as_ref() && unfit(n, &need).is_none())

@@ -177,7 +177,7 @@ async fn check(
     Ok(facts
         .iter()
         .find(|n| n.name == t)
-        .and_then(|n| placement::unfit(n, &placement::Need::of(&vm.spec)))
+        .and_then(|n| placement::unfit(n, &vms::need_of(ctx, vm)))
         .map(|why| target_unfit(&t, &why)))
 }
 
