@@ -172,6 +172,12 @@ pub(crate) async fn run<S: AsyncRead + AsyncWrite + Send + 'static>(
             }
         }
     };
+    if quiet {
+        // every handle dropped: what was queued goes out, then a clean close (for ssl: a TLS
+        // close_notify, or ovsdb-server logs each closed connection as a truncated session)
+        drop(router);
+        let _ = tokio::time::timeout(Duration::from_secs(1), &mut writer).await;
+    }
     writer.abort();
     if quiet {
         tracing::debug!(%endpoint, %reason, "OVSDB connection closed");
@@ -192,7 +198,8 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     while let Some(bytes) = rx.recv().await {
         wr.write_all(&bytes).await?;
     }
-    Ok(())
+    // the connection is being closed on purpose: a TLS close_notify, then the TCP FIN
+    wr.shutdown().await
 }
 
 fn encode(v: &Value) -> Vec<u8> {
