@@ -219,6 +219,24 @@ pub fn check_files(vm: &VmSpec, root: Option<&Path>) -> Result<()> {
         })?),
     };
     for (what, p) in files {
+        // a link whose target is not here (in a launcher: most often outside the mounted
+        // store) says where it leads, not only that nothing is there
+        if let Ok(to) = std::fs::read_link(p)
+            && !p.exists()
+        {
+            return Err(invalid(format!(
+                "{what} {} is a symbolic link to {}, which does not exist on this node{}",
+                p.display(),
+                to.display(),
+                match &root {
+                    Some(r) => format!(
+                        " (only the image store {} is there: a link out of it is refused)",
+                        r.display()
+                    ),
+                    None => String::new(),
+                }
+            )));
+        }
         if !p.is_file() {
             return Err(invalid(format!(
                 "{what} {} does not exist or is not a file: give the path of the {what} on this node",
@@ -508,6 +526,7 @@ mod tests {
         std::fs::write(store.join("vmlinuz"), "kernel").unwrap();
         std::os::unix::fs::symlink(&outside, store.join("escape")).unwrap();
         std::os::unix::fs::symlink("vmlinuz", store.join("alias")).unwrap();
+        std::os::unix::fs::symlink("/nowhere/vmlinuz", store.join("dangling")).unwrap();
         let vm = |kernel: PathBuf| VmSpec {
             boot: Boot::Kernel {
                 kernel,
@@ -524,6 +543,10 @@ mod tests {
         for (kernel, says) in [
             (store.join("escape"), "resolves to"),
             (outside.clone(), "outside the image store"),
+            (
+                store.join("dangling"),
+                "is a symbolic link to /nowhere/vmlinuz, which does not exist on this node (only the image store",
+            ),
         ] {
             let e = check_files(&vm(kernel.clone()), Some(&store))
                 .unwrap_err()
