@@ -11,7 +11,7 @@ pub use network::{Network, NetworkMode, NetworkSpec, NetworkStatus, TransitAddre
 pub use vm::{
     Boot, GuestResets, MIGRATE_TO, MIGRATE_TO_AUTO, MigrateTo, MigrateToError, VirtualMachine,
     VirtualMachineSpec, VirtualMachineStatus, VmInterface, VmInterfaceStatus, VmPhase,
-    parse_migrate_to,
+    is_dns_subdomain, parse_migrate_to,
 };
 pub use vmim::{
     Progress, VirtualMachineMigration, VirtualMachineMigrationSpec, VirtualMachineMigrationStatus,

@@ -254,6 +254,16 @@ pub fn parse_migrate_to(value: &str) -> Result<MigrateTo, MigrateToError> {
     if v == MIGRATE_TO_AUTO {
         return Ok(MigrateTo::Auto);
     }
+    if !is_dns_subdomain(v) {
+        return Err(MigrateToError::NotANodeName(value.into()));
+    }
+    Ok(MigrateTo::Node(v.into()))
+}
+
+/// Whether `name` is a DNS subdomain as Kubernetes names most objects (Nodes,
+/// PersistentVolumeClaims): at most 253 bytes of dot-separated labels, each 1–63 lowercase
+/// letters, digits and '-', not starting or ending with '-'.
+pub fn is_dns_subdomain(name: &str) -> bool {
     let label_ok = |l: &str| {
         !l.is_empty()
             && l.len() <= 63
@@ -262,10 +272,7 @@ pub fn parse_migrate_to(value: &str) -> Result<MigrateTo, MigrateToError> {
             && !l.starts_with('-')
             && !l.ends_with('-')
     };
-    if v.len() > 253 || !v.split('.').all(label_ok) {
-        return Err(MigrateToError::NotANodeName(value.into()));
-    }
-    Ok(MigrateTo::Node(v.into()))
+    !name.is_empty() && name.len() <= 253 && name.split('.').all(label_ok)
 }
 
 #[cfg(test)]

@@ -101,15 +101,7 @@ pub fn problems(
 
 /// What is wrong with `name` as a PersistentVolumeClaim's name (a DNS subdomain).
 pub fn claim_name_problem(name: &str) -> Option<String> {
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    (name.is_empty() || name.len() > 253 || !name.split('.').all(label_ok)).then(|| {
+    (!crate::api::is_dns_subdomain(name)).then(|| {
         format!(
             "volume claimName {name:?}: give the name of a PersistentVolumeClaim in the VM's \
              namespace (lowercase letters, digits, '-' and '.', at most 253)"
