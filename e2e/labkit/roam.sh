@@ -78,27 +78,34 @@ roam_leader() {
     -o jsonpath='{.status.phase}' 2>/dev/null | grep -qx Running && echo "$holder"
 }
 
-# roam-cni's DaemonSet: a pod on every lab node, all ready (the plugin's STATUS passes).
-roam_cni_ready() {
+# A DaemonSet's "desired/ready/updated" pod counts: ds_counts NAMESPACE NAME.
+ds_counts() {
+  kubectl --kubeconfig "$KUBECONFIG_PATH" -n "$1" get ds "$2" \
+    -o jsonpath='{.status.desiredNumberScheduled}/{.status.numberReady}/{.status.updatedNumberScheduled}' 2>/dev/null
+}
+
+# DaemonSet NAMESPACE NAME has a pod on every lab node, all ready and updated.
+ds_ready() {
   local counts
-  counts=$(kubectl --kubeconfig "$KUBECONFIG_PATH" -n kube-system get ds roam-cni \
-    -o jsonpath='{.status.desiredNumberScheduled}/{.status.numberReady}/{.status.updatedNumberScheduled}' 2>/dev/null) || return 1
+  counts=$(ds_counts "$1" "$2") || return 1
   [ "${counts%%/*}" = "$(echo $NODES | wc -w)" ] && [ "$counts" = "${counts%%/*}/${counts%%/*}/${counts%%/*}" ]
 }
 
-# roam-node's DaemonSet: a pod on every lab node, all ready (the node's certificate is on
-# disk and valid).
-roam_node_ready() {
-  local counts
-  counts=$(kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system get ds roam-node \
-    -o jsonpath='{.status.desiredNumberScheduled}/{.status.numberReady}/{.status.updatedNumberScheduled}' 2>/dev/null) || return 1
-  [ "${counts%%/*}" = "$(echo $NODES | wc -w)" ] && [ "$counts" = "${counts%%/*}/${counts%%/*}/${counts%%/*}" ]
+# The controller Deployment's "replicas/ready" counts.
+deploy_counts() {
+  kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system get deploy roam-controller \
+    -o jsonpath='{.spec.replicas}/{.status.readyReplicas}' 2>/dev/null
 }
+
+# roam-cni's DaemonSet ready everywhere (the plugin's STATUS passes).
+roam_cni_ready() { ds_ready kube-system roam-cni; }
+
+# roam-node's DaemonSet ready everywhere (the node's certificate is on disk and valid).
+roam_node_ready() { ds_ready roam-system roam-node; }
 
 roam_ready() {
   local counts
-  counts=$(kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system get deploy roam-controller \
-    -o jsonpath='{.spec.replicas}/{.status.readyReplicas}' 2>/dev/null) || return 1
+  counts=$(deploy_counts) || return 1
   [ "${counts%/*}" -gt 0 ] 2>/dev/null && [ "${counts%/*}" = "${counts#*/}" ] && roam_leader >/dev/null \
     && roam_cni_ready && roam_node_ready
 }
@@ -176,8 +183,7 @@ roam_status() {
   if roam_ready 2>/dev/null; then
     echo "roam: installed, roam-controller leader $(roam_leader), roam-cni and roam-node ready on every node"
   else
-    local k="kubectl --kubeconfig $KUBECONFIG_PATH"
-    echo "roam: NOT READY (e2e/lab up installs it): controller replicas/ready $($k -n roam-system get deploy roam-controller -o jsonpath='{.spec.replicas}/{.status.readyReplicas}' 2>&1), leader $(roam_leader || echo none), roam-cni desired/ready/updated $($k -n kube-system get ds roam-cni -o jsonpath='{.status.desiredNumberScheduled}/{.status.numberReady}/{.status.updatedNumberScheduled}' 2>&1), roam-node $($k -n roam-system get ds roam-node -o jsonpath='{.status.desiredNumberScheduled}/{.status.numberReady}/{.status.updatedNumberScheduled}' 2>&1)"
+    echo "roam: NOT READY (e2e/lab up installs it): controller replicas/ready $(deploy_counts), leader $(roam_leader || echo none), roam-cni desired/ready/updated $(ds_counts kube-system roam-cni), roam-node $(ds_counts roam-system roam-node)"
     return 1
   fi
 }
