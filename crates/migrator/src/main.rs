@@ -16,8 +16,12 @@
 //!                 [--peer-libvirt-uri TEMPLATE({node},{ip},{port})] [--vm-log-dir DIR]
 //!                 [--launcher-priority-class NAME] [--node-pki-dir DIR] [--image-root DIR]
 //!                 [--pki-namespace NS [--node-cert-validity-minutes N]]
-//!                 [--cpu-allocation-ratio N]
+//!                 [--cpu-allocation-ratio N] [--runner-namespace NS [--kubelet-root-dir DIR]]
 //! ```
+//!
+//! With `--runner-namespace` (the installation sets `roam-system`) a VM's launcher pod in its
+//! namespace is unprivileged (its requests, its console, its Addresses) and what runs the VM
+//! — libvirtd, QEMU, the shim — is its runner, a privileged pod in that namespace.
 //!
 //! With `--pki-namespace` (the installation sets `roam-system`) this controller is roam's
 //! node-certificate signer: it keeps the roam CA in that namespace (Secret and ConfigMap
@@ -60,6 +64,7 @@ struct Flags {
     node_pki_dir: Option<String>,
     image_root: Option<String>,
     cpu_allocation_ratio: u32,
+    runners: Option<roam_migrator::core::launcher::RunnerConfig>,
     pki: Option<controller::certs::PkiConfig>,
 }
 
@@ -70,7 +75,7 @@ const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] 
 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI] \
 [--peer-libvirt-uri TEMPLATE({node},{ip},{port})] [--vm-log-dir DIR] [--launcher-priority-class NAME] \
 [--node-pki-dir DIR] [--image-root DIR] [--pki-namespace NS [--node-cert-validity-minutes N]] \
-[--cpu-allocation-ratio N] | --version";
+[--cpu-allocation-ratio N] [--runner-namespace NS [--kubelet-root-dir DIR]] | --version";
 
 /// The peer URI with the nodes' certificates: libvirt's client finds the node's certificate,
 /// key and the roam CA under `pkipath` (roam-shim libvirtd links them there), and checks the
@@ -141,6 +146,8 @@ fn parse() -> anyhow::Result<Flags> {
         "node-pki-dir",
         "image-root",
         "cpu-allocation-ratio",
+        "runner-namespace",
+        "kubelet-root-dir",
     ];
     if let Some(k) = given.keys().find(|k| !known.contains(&k.as_str())) {
         bail!("unknown flag --{k}\n{USAGE}");
@@ -192,6 +199,21 @@ fn parse() -> anyhow::Result<Flags> {
                 "--cpu-allocation-ratio {r}: give 1 to 100 vCPUs per requested CPU (1 reserves a CPU per vCPU)"
             );
             r as u32
+        },
+        runners: match (get("runner-namespace"), get("kubelet-root-dir")) {
+            (None, None) => None,
+            (None, Some(_)) => bail!("--kubelet-root-dir goes with --runner-namespace"),
+            (Some(ns), dir) => {
+                let kubelet_root = dir.unwrap_or_else(|| "/var/lib/kubelet".into());
+                anyhow::ensure!(
+                    kubelet_root.starts_with('/'),
+                    "--kubelet-root-dir {kubelet_root:?}: give the kubelet's absolute --root-dir"
+                );
+                Some(roam_migrator::core::launcher::RunnerConfig {
+                    namespace: ns,
+                    kubelet_root: kubelet_root.trim_end_matches('/').to_string(),
+                })
+            }
         },
         claims_in_flight: num("claims-in-flight", 2)? as usize,
         ovn_debounce_ms: num("ovn-debounce-ms", 20)?,
@@ -394,6 +416,7 @@ async fn main() -> anyhow::Result<()> {
             node_pki_dir: flags.node_pki_dir.clone(),
             image_root: flags.image_root.clone(),
             cpu_allocation_ratio: flags.cpu_allocation_ratio,
+            runners: flags.runners.clone(),
         },
         pki: flags.pki.clone(),
     };

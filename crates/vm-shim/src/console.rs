@@ -1,5 +1,8 @@
-//! `roam-shim console --file PATH`: the guest's serial console on the launcher pod's output
-//! (its `console` container), so that `kubectl logs` shows it. QEMU appends the console to a
+//! `roam-shim console --file PATH [--to FILE]`: the guest's serial console on the launcher
+//! pod's output (its `console` container), so that `kubectl logs` shows it; or, with `--to`,
+//! appended to `FILE` (a runner's relay into its launcher pod's console volume: the file is
+//! created if need be and never followed if it is a symbolic link, the volume being the
+//! tenant's pod's). QEMU appends the console to a
 //! file on the node (`<serial type='file' append='on'>`); this follows that file from where
 //! it ends when the container starts (an earlier VM of the same name on the node wrote what
 //! is before), waits for it while it does not exist, and starts over at the beginning of a
@@ -12,18 +15,54 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// `console`'s usage.
-pub const USAGE: &str = "roam-shim console --file PATH";
+pub const USAGE: &str = "roam-shim console --file PATH [--to FILE]";
 
 /// How often the file is looked at.
 pub const POLL: Duration = Duration::from_millis(200);
 
-/// The file to follow, from `console`'s arguments (pure).
-pub fn parse(args: &[String]) -> Result<PathBuf, String> {
+/// What `console` does: follow `file` onto stdout, or onto `to`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Args {
+    pub file: PathBuf,
+    pub to: Option<PathBuf>,
+}
+
+/// `console`'s arguments (pure).
+pub fn parse(args: &[String]) -> Result<Args, String> {
+    let abs = |flag: &str, path: &str| match path.starts_with('/') {
+        true => Ok(PathBuf::from(path)),
+        false => Err(format!("{flag} {path}: give an absolute path")),
+    };
     match args {
-        [flag, path] if flag == "--file" && path.starts_with('/') => Ok(PathBuf::from(path)),
-        [flag, path] if flag == "--file" => Err(format!("--file {path}: give an absolute path")),
+        [flag, path] if flag == "--file" => Ok(Args {
+            file: abs(flag, path)?,
+            to: None,
+        }),
+        [flag, path, to_flag, to] if flag == "--file" && to_flag == "--to" => Ok(Args {
+            file: abs(flag, path)?,
+            to: Some(abs(to_flag, to)?),
+        }),
         _ => Err(format!("usage: {USAGE}")),
     }
+}
+
+/// `to` opened for appending: created (rw-r--r--) if it is not there, refused if it is a
+/// symbolic link (`O_NOFOLLOW`) or not a regular file.
+pub fn open_relay_target(to: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(to)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", to.display()),
+        ));
+    }
+    Ok(f)
 }
 
 /// The file being followed: which one (device and inode) and how far it was read.
@@ -229,11 +268,49 @@ mod tests {
     }
 
     #[test]
+    fn the_relay_appends_to_a_file_it_creates_and_refuses_a_link() {
+        let dir = std::env::temp_dir().join(format!("roam-console-r-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let to = dir.join("serial.log");
+        open_relay_target(&to).unwrap().write_all(b"one\n").unwrap();
+        open_relay_target(&to).unwrap().write_all(b"two\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&to).unwrap(), "one\ntwo\n");
+        // a link the tenant left in its volume is not followed out of it
+        let secret = dir.join("secret");
+        std::fs::write(&secret, "keep").unwrap();
+        let link = dir.join("link.log");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        assert!(open_relay_target(&link).is_err());
+        assert_eq!(std::fs::read_to_string(&secret).unwrap(), "keep");
+        // nor is a FIFO written to (O_NONBLOCK: no reader, no hang)
+        let fifo = dir.join("fifo.log");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        assert!(open_relay_target(&fifo).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn the_arguments_name_an_absolute_file() {
         let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
             parse(&s(&["--file", "/var/log/roam/vms/ns_vm.serial.log"])).unwrap(),
-            PathBuf::from("/var/log/roam/vms/ns_vm.serial.log")
+            Args {
+                file: PathBuf::from("/var/log/roam/vms/ns_vm.serial.log"),
+                to: None
+            }
+        );
+        assert_eq!(
+            parse(&s(&["--file", "/l/a.log", "--to", "/c/serial.log"])).unwrap(),
+            Args {
+                file: PathBuf::from("/l/a.log"),
+                to: Some(PathBuf::from("/c/serial.log"))
+            }
+        );
+        assert!(
+            parse(&s(&["--file", "/l/a.log", "--to", "c.log"]))
+                .unwrap_err()
+                .contains("absolute")
         );
         assert!(
             parse(&s(&["--file", "x.log"]))

@@ -17,8 +17,10 @@ roam-shim: owns one libvirt domain and serves its migration API
   roam-shim [--config FILE] [--KEY VALUE ...]
   roam-shim libvirtd --listen IP:PORT [--libvirtd PATH] [--run-dir DIR] [--pki-dir DIR]
                                    the launcher pod's own libvirtd (its other container)
-  roam-shim console --file PATH    the guest's serial console (a file QEMU appends to) on
-                                   stdout, for kubectl logs (the pod's console container)
+  roam-shim console --file PATH [--to FILE]
+                                   the guest's serial console (a file QEMU appends to) on
+                                   stdout, for kubectl logs (the pod's console container), or
+                                   appended to FILE (a runner's relay to its launcher pod)
 
 keys (JSON file or flags; a flag overrides the file):
   name vcpus memory-mib kernel initrd cmdline | disk disk-format   the VM
@@ -74,11 +76,17 @@ fn real_main() -> anyhow::Result<()> {
         Some("libvirtd") => return exec_libvirtd(&args[1..]),
         Some("console") => {
             // the guest's console for `kubectl logs`: runs until the pod stops it
-            let file = console::parse(&args[1..]).map_err(anyhow::Error::msg)?;
-            let mut out = std::io::stdout().lock();
-            return console::Follower::start(&file)
-                .run(&mut out, || false, console::POLL)
-                .with_context(|| format!("follow {}", file.display()));
+            let a = console::parse(&args[1..]).map_err(anyhow::Error::msg)?;
+            let follower = console::Follower::start(&a.file);
+            return match &a.to {
+                None => follower.run(&mut std::io::stdout().lock(), || false, console::POLL),
+                Some(to) => {
+                    let mut out = console::open_relay_target(to)
+                        .with_context(|| format!("open {} to relay the console", to.display()))?;
+                    follower.run(&mut out, || false, console::POLL)
+                }
+            }
+            .with_context(|| format!("follow {}", a.file.display()));
         }
         _ => {}
     }

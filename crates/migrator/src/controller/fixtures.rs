@@ -485,6 +485,7 @@ pub(super) fn config() -> Config {
             node_pki_dir: None,
             image_root: None,
             cpu_allocation_ratio: crate::core::placement::DEFAULT_CPU_ALLOCATION_RATIO,
+            runners: None,
         },
         pki: None,
     }

@@ -63,6 +63,19 @@ pub struct VmConfig {
     /// vCPUs per CPU the launcher requests
     /// ([`crate::core::placement::DEFAULT_CPU_ALLOCATION_RATIO`] by default).
     pub cpu_allocation_ratio: u32,
+    /// The privilege split: the VMs' runners, in roam's namespace (see [`runner_pod`]). `None`:
+    /// each VM's launcher pod runs it, privileged, in the VM's namespace.
+    pub runners: Option<RunnerConfig>,
+}
+
+/// Where the VMs' runners live and what they reach on the nodes.
+#[derive(Clone, Debug)]
+pub struct RunnerConfig {
+    /// roam's namespace (roam-system): no tenant can exec into a pod there.
+    pub namespace: String,
+    /// The kubelet's root directory on the nodes (`/var/lib/kubelet`): a runner reaches its
+    /// launcher pod's console volume and boot volume under it.
+    pub kubelet_root: String,
 }
 
 /// Whether `p` is a VM launcher pod.
@@ -218,8 +231,25 @@ pub struct LauncherSpec<'a> {
     pub token: &'a str,
 }
 
-/// The launcher pod of `vm` (pure).
-pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -> Result<Pod> {
+/// What a VM's launcher is made of, whether one pod or a launcher and its runner (see
+/// [`launcher_pod`]).
+struct Parts {
+    ns: String,
+    name: String,
+    /// The shim's command line.
+    args: Vec<String>,
+    /// The guest's console on the node (QEMU appends to it).
+    serial_log: String,
+    /// The VM's boot volume, if it boots from one.
+    volume_claim: Option<String>,
+    /// The host directories of boot files the pod that runs QEMU mounts (read-only).
+    host_dirs: BTreeSet<String>,
+    /// The node's IP (the launcher's libvirtd listens on it).
+    ip: IpAddr,
+    libvirt_port: u16,
+}
+
+fn parts(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -> Result<Parts> {
     let ns = vm.namespace().unwrap_or_default();
     let name = vm.name_any();
     let mut host_dirs: BTreeSet<String> = BTreeSet::new();
@@ -342,6 +372,34 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         pki_dir: cfg.node_pki_dir.as_ref().map(PathBuf::from),
     }
     .to_args();
+    Ok(Parts {
+        ns,
+        name,
+        args,
+        serial_log,
+        volume_claim,
+        host_dirs,
+        ip,
+        libvirt_port,
+    })
+}
+
+/// Where the VM's boot volume comes from in the pod that runs QEMU.
+enum VolumeSource<'a> {
+    /// The claim itself (a pod of the VM's namespace).
+    Claim(&'a str),
+    /// The claim's mount in the launcher pod, seen from the node (a runner).
+    HostDir(&'a str),
+}
+
+/// The containers that run the VM (`libvirtd`: libvirtd and QEMU; `shim`: roam-shim) and the
+/// volumes they use (pure).
+fn vm_containers(
+    cfg: &VmConfig,
+    p: &Parts,
+    volume: Option<VolumeSource<'_>>,
+    requests: Option<serde_json::Value>,
+) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
     let mut volumes = vec![
         // the pod's own libvirtd's sockets and configuration (roam-shim libvirtd)
         json!({"name": "libvirt", "emptyDir": {}}),
@@ -355,12 +413,19 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         json!({"name": "libvirt", "mountPath": "/run/libvirt"}),
         json!({"name": "logs", "mountPath": cfg.vm_log_dir}),
     ];
-    if let Some(claim) = &volume_claim {
-        volumes.push(json!({"name": "boot-volume",
-                            "persistentVolumeClaim": {"claimName": claim}}));
+    match volume {
+        Some(VolumeSource::Claim(claim)) => volumes.push(
+            json!({"name": "boot-volume", "persistentVolumeClaim": {"claimName": claim}}),
+        ),
+        Some(VolumeSource::HostDir(dir)) => volumes.push(
+            json!({"name": "boot-volume", "hostPath": {"path": dir, "type": "Directory"}}),
+        ),
+        None => {}
+    }
+    if p.volume_claim.is_some() {
         vm_mounts.push(json!({"name": "boot-volume", "mountPath": VOLUME_DIR}));
     }
-    for (i, d) in host_dirs.iter().enumerate() {
+    for (i, d) in p.host_dirs.iter().enumerate() {
         volumes.push(
             json!({"name": format!("boot{i}"), "hostPath": {"path": d, "type": "Directory"}}),
         );
@@ -380,7 +445,7 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
     let mut libvirtd_args = vec![
         "libvirtd".to_string(),
         "--listen".into(),
-        SocketAddr::new(ip, libvirt_port).to_string(),
+        SocketAddr::new(p.ip, p.libvirt_port).to_string(),
     ];
     let mut libvirtd_mounts = vm_mounts.clone();
     if let Some(pki) = &cfg.node_pki_dir {
@@ -389,6 +454,50 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         volumes.push(json!({"name": "node-pki", "hostPath": {"path": pki, "type": "Directory"}}));
         libvirtd_mounts.push(json!({"name": "node-pki", "mountPath": pki, "readOnly": true}));
     }
+    let mut libvirtd = json!({
+        "name": "libvirtd",
+        "image": cfg.launcher_image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": libvirtd_args,
+        "securityContext": {"privileged": true},
+        // a crash's last log lines become its termination message: the VM's
+        // condition quotes them (launcher_trouble)
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": libvirtd_mounts,
+    });
+    if let Some(r) = requests {
+        libvirtd["resources"] = json!({ "requests": r });
+    }
+    let shim = json!({
+        "name": "shim",
+        "image": cfg.launcher_image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": p.args,
+        "securityContext": {"privileged": true},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": shim_mounts,
+    });
+    (vec![libvirtd, shim], volumes)
+}
+
+/// A container that can do nothing but read: no privilege, no capability, a read-only root.
+fn unprivileged() -> serde_json::Value {
+    json!({
+        "privileged": false,
+        "allowPrivilegeEscalation": false,
+        "readOnlyRootFilesystem": true,
+        "capabilities": {"drop": ["ALL"]},
+    })
+}
+
+/// The launcher pod of `vm` (pure). Without runners ([`VmConfig::runners`]) it is the one pod
+/// of the VM: host network, pinned to its node, libvirtd, QEMU and the shim in privileged
+/// containers, the console in an unprivileged one. With runners it is the VM's unprivileged
+/// pod in its namespace: it holds the VM's resource requests and identity (its Addresses are
+/// this pod's), mounts its boot volume and shows its console, while its runner
+/// ([`runner_pod`], in roam's namespace) runs the VM.
+pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -> Result<Pod> {
+    let p = parts(cfg, vm, l)?;
     let mut annotations = BTreeMap::new();
     // `kubectl logs POD` shows the guest's serial console (kubectl 1.21 and later read the
     // first annotation, earlier ones the second)
@@ -401,87 +510,328 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
     if let Some(m) = l.migration {
         annotations.insert(MIGRATION_ANNOTATION.to_string(), m.to_string());
     }
-    // what the scheduler, the kubelet and quotas count against the node
+    // what the scheduler, the kubelet and quotas count against the node: the guest's memory
+    // and QEMU's and the shim's own (roam's placement does the same sum)
     let need = crate::core::placement::Need::of(&vm.spec, cfg.cpu_allocation_ratio);
+    let requests = json!({
+        "memory": format!("{}Mi", need.memory_mib),
+        "cpu": format!("{}m", need.millicpu),
+    });
     let owner = vm.controller_owner_ref(&()).map(|o| vec![o]);
+    let metadata = json!({
+        "name": l.pod,
+        "namespace": p.ns,
+        "labels": {VM_LABEL: p.name, LAUNCHER_LABEL: "true"},
+        "annotations": annotations,
+        "ownerReferences": owner,
+    });
+    let pod = match &cfg.runners {
+        None => {
+            let (mut containers, volumes) = vm_containers(
+                cfg,
+                &p,
+                p.volume_claim.as_deref().map(VolumeSource::Claim),
+                Some(requests),
+            );
+            containers.push(json!({
+                // the guest's serial console on this container's output (kubectl logs): it
+                // only reads the log directory, with no privilege and no capability
+                "name": CONSOLE_CONTAINER,
+                "image": cfg.launcher_image,
+                "imagePullPolicy": "IfNotPresent",
+                "args": ["console", "--file", p.serial_log],
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+                "securityContext": unprivileged(),
+                "volumeMounts": [
+                    {"name": "logs", "mountPath": cfg.vm_log_dir, "readOnly": true},
+                ],
+            }));
+            json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": metadata,
+                "spec": {
+                    "nodeName": l.node,
+                    "priorityClassName": cfg.priority_class,
+                    "hostNetwork": true,
+                    "dnsPolicy": "ClusterFirstWithHostNet",
+                    // the shim never calls the API server: no ServiceAccount token to mount, and
+                    // its own token comes as a digest on the command line. A Secret a new pod
+                    // mounts is a race its node's kubelet can lose against the API server's node
+                    // authorizer (forbidden, then a cache timeout and mount retries before the
+                    // sandbox starts)
+                    "automountServiceAccountToken": false,
+                    "restartPolicy": "Always",
+                    "terminationGracePeriodSeconds": 30,
+                    // the pause process is PID 1 and reaps QEMU's processes (libvirt daemonizes
+                    // them)
+                    "shareProcessNamespace": true,
+                    // the VM's own constraints: the kubelet checks the selector at admission,
+                    // and a NoExecute taint the VM tolerates does not evict it
+                    "nodeSelector": vm.spec.node_selector,
+                    "tolerations": vm.spec.tolerations,
+                    "containers": containers,
+                    "volumes": volumes,
+                }
+            })
+        }
+        Some(_) => {
+            let mut volumes = vec![
+                // the runner's console relay writes the guest's console here
+                json!({"name": CONSOLE_VOLUME, "emptyDir": {}}),
+            ];
+            let mut mounts = vec![json!({"name": CONSOLE_VOLUME, "mountPath": HOLDER_CONSOLE_DIR, "readOnly": true})];
+            if let Some(claim) = &p.volume_claim {
+                // the kubelet mounts a volume only for a container that uses it: the console
+                // container does (read-only), and the runner finds the mount on the node
+                volumes.push(
+                    json!({"name": "boot-volume", "persistentVolumeClaim": {"claimName": claim}}),
+                );
+                mounts.push(json!({"name": "boot-volume", "mountPath": VOLUME_DIR, "readOnly": true}));
+            }
+            let mut sc = unprivileged();
+            sc["runAsNonRoot"] = json!(true);
+            json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": metadata,
+                "spec": {
+                    "nodeName": l.node,
+                    "priorityClassName": cfg.priority_class,
+                    "automountServiceAccountToken": false,
+                    "enableServiceLinks": false,
+                    "restartPolicy": "Always",
+                    "terminationGracePeriodSeconds": 30,
+                    "nodeSelector": vm.spec.node_selector,
+                    "tolerations": vm.spec.tolerations,
+                    // what the Pod Security Standards' `restricted` profile asks
+                    "securityContext": {
+                        "runAsNonRoot": true,
+                        "runAsUser": NOBODY,
+                        "runAsGroup": NOBODY,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [{
+                        // the guest's serial console on this container's output (kubectl logs),
+                        // as the runner relays it; the VM's requests are this pod's
+                        "name": CONSOLE_CONTAINER,
+                        "image": cfg.launcher_image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "args": ["console", "--file", format!("{HOLDER_CONSOLE_DIR}/{CONSOLE_FILE}")],
+                        "resources": {"requests": requests},
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                        "securityContext": sc,
+                        "volumeMounts": mounts,
+                    }],
+                    "volumes": volumes,
+                }
+            })
+        }
+    };
+    serde_json::from_value(pod).map_err(|e| Error::InvalidVm {
+        vm: vm_key(vm),
+        problem: format!("launcher pod: {e}"),
+    })
+}
+
+/// The launcher pod's volume the runner relays the guest's console into.
+pub const CONSOLE_VOLUME: &str = "console";
+/// Where the launcher pod's console container reads it.
+const HOLDER_CONSOLE_DIR: &str = "/run/roam-console";
+/// The console file's name in that volume.
+pub const CONSOLE_FILE: &str = "serial.log";
+/// Where the runner's relay writes it.
+const RELAY_CONSOLE_DIR: &str = "/run/roam-console";
+/// The unprivileged user of the launcher pod (nobody).
+const NOBODY: u32 = 65534;
+/// The runner's label (`true`): its VM's UID is in [`RUNNER_VM_LABEL`].
+pub const RUNNER_LABEL: &str = "roam.dev/runner";
+/// The label of a runner naming its VM's UID.
+pub const RUNNER_VM_LABEL: &str = "roam.dev/vm-uid";
+/// The annotation of a runner naming its launcher pod (`namespace/name`).
+pub const RUNNER_OF_ANNOTATION: &str = "roam.dev/launcher";
+/// The annotation of a runner naming its launcher pod's UID: a runner is its launcher's
+/// only while that pod lives (a new pod of the same name gets a runner of its own).
+pub const RUNNER_OF_UID_ANNOTATION: &str = "roam.dev/launcher-uid";
+
+/// The runner of launcher pod `ns/pod` (in [`RunnerConfig::namespace`]): a name of its own
+/// that no other launcher's can be (a digest of the pod's key; pure).
+pub fn runner_name(ns: &str, pod: &str) -> String {
+    let d = TokenDigest::of(&format!("{ns}/{pod}")).to_string();
+    format!("roam-vm-{}", &d[..24])
+}
+
+/// Which launcher pod runner `r` runs for: `(namespace, name, uid)` (pure).
+pub fn runner_of(r: &Pod) -> Option<(String, String, String)> {
+    let a = r.metadata.annotations.as_ref()?;
+    let (ns, pod) = a.get(RUNNER_OF_ANNOTATION)?.split_once('/')?;
+    let uid = a.get(RUNNER_OF_UID_ANNOTATION)?;
+    Some((ns.to_string(), pod.to_string(), uid.clone()))
+}
+
+/// Where the node shows the VM's boot volume as launcher pod `pod_uid` mounted it (pure):
+/// a local volume and a CSI volume are mounted under the kubelet's directory of the pod; a
+/// hostPath volume is its path. `Err`: a kind of volume a runner cannot reach.
+pub fn claim_host_dir(
+    kubelet_root: &str,
+    pod_uid: &str,
+    pv: &k8s_openapi::api::core::v1::PersistentVolume,
+) -> std::result::Result<String, String> {
+    let name = pv.metadata.name.clone().unwrap_or_default();
+    let spec = pv
+        .spec
+        .as_ref()
+        .ok_or_else(|| format!("PersistentVolume {name} has no spec"))?;
+    let pods = format!("{}/pods/{pod_uid}/volumes", kubelet_root.trim_end_matches('/'));
+    if spec.local.is_some() {
+        Ok(format!("{pods}/kubernetes.io~local-volume/{name}"))
+    } else if spec.csi.is_some() {
+        Ok(format!("{pods}/kubernetes.io~csi/{name}/mount"))
+    } else if let Some(h) = &spec.host_path {
+        Ok(h.path.clone())
+    } else {
+        Err(format!(
+            "PersistentVolume {name} is neither local, CSI nor hostPath: roam's runners reach only those"
+        ))
+    }
+}
+
+/// The runner of launcher pod `launcher` (pure): the privileged, host-network pod in roam's
+/// namespace that runs the VM — libvirtd and QEMU, the shim, and a relay of the guest's
+/// console into the launcher pod's console volume. `volume_dir`: where the node shows the
+/// VM's boot volume ([`claim_host_dir`]), for a VM that boots from one.
+pub fn runner_pod(
+    cfg: &VmConfig,
+    vm: &VirtualMachine,
+    l: &LauncherSpec<'_>,
+    launcher: &Pod,
+    volume_dir: Option<&str>,
+) -> Result<Pod> {
+    let invalid = |problem: String| Error::InvalidVm {
+        vm: vm_key(vm),
+        problem,
+    };
+    let runners = cfg
+        .runners
+        .as_ref()
+        .ok_or_else(|| invalid("a runner without --runner-namespace".into()))?;
+    let p = parts(cfg, vm, l)?;
+    let launcher_uid = launcher
+        .metadata
+        .uid
+        .as_deref()
+        .ok_or_else(|| invalid(format!("launcher pod {} has no UID yet", l.pod)))?;
+    let volume = match (&p.volume_claim, volume_dir) {
+        (Some(_), Some(d)) => Some(VolumeSource::HostDir(d)),
+        (Some(c), None) => {
+            return Err(invalid(format!(
+                "claim {c}: where the node mounted it is not known yet"
+            )));
+        }
+        (None, _) => None,
+    };
+    let (mut containers, mut volumes) = vm_containers(cfg, &p, volume, None);
+    let console_dir = format!(
+        "{}/pods/{launcher_uid}/volumes/kubernetes.io~empty-dir/{CONSOLE_VOLUME}",
+        runners.kubelet_root.trim_end_matches('/')
+    );
+    volumes.push(json!({"name": "console", "hostPath": {"path": console_dir, "type": "DirectoryOrCreate"}}));
+    containers.push(json!({
+        // the guest's console, copied into the launcher pod's console volume (the file is
+        // created there, never followed if it is a link)
+        "name": RELAY_CONTAINER,
+        "image": cfg.launcher_image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["console", "--file", p.serial_log,
+                 "--to", format!("{RELAY_CONSOLE_DIR}/{CONSOLE_FILE}")],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {
+            "privileged": false,
+            "allowPrivilegeEscalation": false,
+            "readOnlyRootFilesystem": true,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "logs", "mountPath": cfg.vm_log_dir, "readOnly": true},
+            {"name": "console", "mountPath": RELAY_CONSOLE_DIR},
+        ],
+    }));
+    let mut annotations = BTreeMap::new();
+    annotations.insert(
+        RUNNER_OF_ANNOTATION.to_string(),
+        format!("{}/{}", p.ns, l.pod),
+    );
+    annotations.insert(
+        RUNNER_OF_UID_ANNOTATION.to_string(),
+        launcher_uid.to_string(),
+    );
     let pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": l.pod,
-            "namespace": ns,
-            "labels": {VM_LABEL: name, LAUNCHER_LABEL: "true"},
+            "name": runner_name(&p.ns, &l.pod),
+            "namespace": runners.namespace,
+            "labels": {RUNNER_LABEL: "true", RUNNER_VM_LABEL: vm.uid().unwrap_or_default()},
             "annotations": annotations,
-            "ownerReferences": owner,
         },
         "spec": {
             "nodeName": l.node,
             "priorityClassName": cfg.priority_class,
             "hostNetwork": true,
             "dnsPolicy": "ClusterFirstWithHostNet",
-            // the shim never calls the API server: no ServiceAccount token to mount, and its
-            // own token comes as a digest on the command line. A Secret a new pod mounts is a
-            // race its node's kubelet can lose against the API server's node authorizer
-            // (forbidden, then a cache timeout and mount retries before the sandbox starts)
+            // the shim never calls the API server (see the one-pod launcher)
             "automountServiceAccountToken": false,
             "restartPolicy": "Always",
             "terminationGracePeriodSeconds": 30,
-            // the pause process is PID 1 and reaps QEMU's processes (libvirt daemonizes them)
+            // the pause process is PID 1 and reaps QEMU's processes
             "shareProcessNamespace": true,
-            // the VM's own constraints: the kubelet checks the selector at admission, and a
-            // NoExecute taint the VM tolerates does not evict it
-            "nodeSelector": vm.spec.node_selector,
-            "tolerations": vm.spec.tolerations,
-            "containers": [{
-                "name": "libvirtd",
-                "image": cfg.launcher_image,
-                "imagePullPolicy": "IfNotPresent",
-                "args": libvirtd_args,
-                // what the scheduler and the kubelet count against the node: the guest's
-                // memory and QEMU's and the shim's own (roam's placement does the same sum);
-                // QEMU runs in this container
-                "resources": {"requests": {
-                    "memory": format!("{}Mi", need.memory_mib),
-                    "cpu": format!("{}m", need.millicpu),
-                }},
-                "securityContext": {"privileged": true},
-                // a crash's last log lines become its termination message: the VM's
-                // condition quotes them (launcher_trouble)
-                "terminationMessagePolicy": "FallbackToLogsOnError",
-                "volumeMounts": libvirtd_mounts,
-            }, {
-                "name": "shim",
-                "image": cfg.launcher_image,
-                "imagePullPolicy": "IfNotPresent",
-                "args": args,
-                "securityContext": {"privileged": true},
-                "terminationMessagePolicy": "FallbackToLogsOnError",
-                "volumeMounts": shim_mounts,
-            }, {
-                // the guest's serial console on this container's output (kubectl logs): it
-                // only reads the log directory, with no privilege and no capability
-                "name": CONSOLE_CONTAINER,
-                "image": cfg.launcher_image,
-                "imagePullPolicy": "IfNotPresent",
-                "args": ["console", "--file", serial_log],
-                "terminationMessagePolicy": "FallbackToLogsOnError",
-                "securityContext": {
-                    "privileged": false,
-                    "allowPrivilegeEscalation": false,
-                    "readOnlyRootFilesystem": true,
-                    "capabilities": {"drop": ["ALL"]},
-                },
-                "volumeMounts": [
-                    {"name": "logs", "mountPath": cfg.vm_log_dir, "readOnly": true},
-                ],
-            }],
+            // the launcher pod's node takes the VM: the runner goes where it is, whatever
+            // the node's taints
+            "tolerations": [{"operator": "Exists"}],
+            "containers": containers,
             "volumes": volumes,
         }
     });
-    serde_json::from_value(pod).map_err(|e| Error::InvalidVm {
-        vm: vm_key(vm),
-        problem: format!("launcher pod: {e}"),
-    })
+    serde_json::from_value(pod).map_err(|e| invalid(format!("runner pod: {e}")))
+}
+
+/// The runner's container that relays the guest's console to the launcher pod.
+pub const RELAY_CONTAINER: &str = "console-relay";
+
+/// A launcher as one pod (pure): launcher pod `launcher` with what its runner `runner` says
+/// (with runners, [`VmConfig::runners`]). Its containers are both pods'; it is Running when
+/// both are, Failed when either is, Pending otherwise (a runner not there yet, or gone: the
+/// controller makes it again). Without runners pass `None` with `runners` false: the pod
+/// as it is.
+pub fn launcher_view(launcher: &Pod, runner: Option<&Pod>, runners: bool) -> Pod {
+    let mut view = launcher.clone();
+    if !runners {
+        return view;
+    }
+    let phase = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_else(|| "Pending".into())
+    };
+    let lp = phase(launcher);
+    let merged = match runner.map(phase) {
+        _ if lp == "Failed" || lp == "Succeeded" => lp,
+        Some(rp) if rp == "Failed" || rp == "Succeeded" => "Failed".into(),
+        Some(rp) if rp == "Running" && lp == "Running" => lp,
+        _ => "Pending".into(),
+    };
+    let st = view.status.get_or_insert_with(Default::default);
+    st.phase = Some(merged);
+    if let Some(rs) = runner
+        .and_then(|r| r.status.as_ref())
+        .and_then(|s| s.container_statuses.clone())
+    {
+        st.container_statuses
+            .get_or_insert_with(Vec::new)
+            .extend(rs);
+    }
+    view
 }
 
 /// The name of the token Secret of the VM with UID `vm_uid` (in roam-controller's namespace:
@@ -520,6 +870,7 @@ mod tests {
             node_pki_dir: None,
             image_root: None,
             cpu_allocation_ratio: crate::core::placement::DEFAULT_CPU_ALLOCATION_RATIO,
+            runners: None,
         }
     }
 
