@@ -285,7 +285,13 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&secret).unwrap(), "keep");
         // nor is a FIFO written to (O_NONBLOCK: no reader, no hang)
         let fifo = dir.join("fifo.log");
-        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
         assert!(open_relay_target(&fifo).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -414,12 +414,10 @@ fn vm_containers(
         json!({"name": "logs", "mountPath": cfg.vm_log_dir}),
     ];
     match volume {
-        Some(VolumeSource::Claim(claim)) => volumes.push(
-            json!({"name": "boot-volume", "persistentVolumeClaim": {"claimName": claim}}),
-        ),
-        Some(VolumeSource::HostDir(dir)) => volumes.push(
-            json!({"name": "boot-volume", "hostPath": {"path": dir, "type": "Directory"}}),
-        ),
+        Some(VolumeSource::Claim(claim)) => volumes
+            .push(json!({"name": "boot-volume", "persistentVolumeClaim": {"claimName": claim}})),
+        Some(VolumeSource::HostDir(dir)) => volumes
+            .push(json!({"name": "boot-volume", "hostPath": {"path": dir, "type": "Directory"}})),
         None => {}
     }
     if p.volume_claim.is_some() {
@@ -580,14 +578,18 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
                 // the runner's console relay writes the guest's console here
                 json!({"name": CONSOLE_VOLUME, "emptyDir": {}}),
             ];
-            let mut mounts = vec![json!({"name": CONSOLE_VOLUME, "mountPath": HOLDER_CONSOLE_DIR, "readOnly": true})];
+            let mut mounts = vec![
+                json!({"name": CONSOLE_VOLUME, "mountPath": HOLDER_CONSOLE_DIR, "readOnly": true}),
+            ];
             if let Some(claim) = &p.volume_claim {
                 // the kubelet mounts a volume only for a container that uses it: the console
                 // container does (read-only), and the runner finds the mount on the node
                 volumes.push(
                     json!({"name": "boot-volume", "persistentVolumeClaim": {"claimName": claim}}),
                 );
-                mounts.push(json!({"name": "boot-volume", "mountPath": VOLUME_DIR, "readOnly": true}));
+                mounts.push(
+                    json!({"name": "boot-volume", "mountPath": VOLUME_DIR, "readOnly": true}),
+                );
             }
             let mut sc = unprivileged();
             sc["runAsNonRoot"] = json!(true);
@@ -682,7 +684,10 @@ pub fn claim_host_dir(
         .spec
         .as_ref()
         .ok_or_else(|| format!("PersistentVolume {name} has no spec"))?;
-    let pods = format!("{}/pods/{pod_uid}/volumes", kubelet_root.trim_end_matches('/'));
+    let pods = format!(
+        "{}/pods/{pod_uid}/volumes",
+        kubelet_root.trim_end_matches('/')
+    );
     if spec.local.is_some() {
         Ok(format!("{pods}/kubernetes.io~local-volume/{name}"))
     } else if spec.csi.is_some() {
@@ -735,7 +740,9 @@ pub fn runner_pod(
         "{}/pods/{launcher_uid}/volumes/kubernetes.io~empty-dir/{CONSOLE_VOLUME}",
         runners.kubelet_root.trim_end_matches('/')
     );
-    volumes.push(json!({"name": "console", "hostPath": {"path": console_dir, "type": "DirectoryOrCreate"}}));
+    volumes.push(
+        json!({"name": "console", "hostPath": {"path": console_dir, "type": "DirectoryOrCreate"}}),
+    );
     containers.push(json!({
         // the guest's console, copied into the launcher pod's console volume (the file is
         // created there, never followed if it is a link)
@@ -1000,6 +1007,267 @@ mod tests {
                 c.name
             );
         }
+    }
+
+    fn split() -> VmConfig {
+        VmConfig {
+            runners: Some(RunnerConfig {
+                namespace: "roam-system".into(),
+                kubelet_root: "/var/lib/kubelet".into(),
+            }),
+            ..cfg()
+        }
+    }
+
+    /// The launcher pod of a split launcher as the API server returns it (with a UID).
+    fn created(mut p: Pod) -> Pod {
+        p.metadata.uid = Some("pod-uid".into());
+        p
+    }
+
+    #[test]
+    fn with_runners_the_launcher_pod_is_unprivileged_and_holds_the_requests() {
+        let nics = [nic(0, "a.node-a")];
+        let p = launcher_pod(&split(), &vm(), &boot_on_a(&nics)).unwrap();
+        assert_eq!(p.metadata.namespace.as_deref(), Some("ns"));
+        assert!(is_launcher(&p));
+        assert!(p.metadata.owner_references.is_some(), "the VM owns it");
+        let spec = p.spec.unwrap();
+        assert_eq!(
+            spec.host_network, None,
+            "the pod network, plumbed by roam-cni"
+        );
+        assert_eq!(spec.node_name.as_deref(), Some("node-a"));
+        let psc = spec.security_context.clone().unwrap();
+        assert_eq!(psc.run_as_non_root, Some(true));
+        assert_eq!(psc.run_as_user, Some(65534));
+        assert_eq!(
+            psc.seccomp_profile.unwrap().type_,
+            "RuntimeDefault",
+            "the restricted profile's seccomp"
+        );
+        assert_eq!(spec.containers.len(), 1, "the console only");
+        let c = &spec.containers[0];
+        assert_eq!(c.name, CONSOLE_CONTAINER);
+        let sc = c.security_context.clone().unwrap();
+        assert_eq!(sc.privileged, Some(false));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(
+            sc.capabilities.unwrap().drop.as_deref(),
+            Some(&["ALL".to_string()][..])
+        );
+        // what the one-pod launcher's libvirtd requests: the guest and QEMU's overhead
+        let one = launcher_pod(&cfg(), &vm(), &boot_on_a(&nics)).unwrap();
+        let want = one.spec.unwrap().containers[0].resources.clone();
+        assert!(want.as_ref().unwrap().requests.as_ref().unwrap()["memory"].0 != "256Mi");
+        assert_eq!(c.resources, want);
+        let volumes = spec.volumes.unwrap();
+        assert!(
+            volumes.iter().all(|v| v.host_path.is_none()),
+            "no host path: {volumes:?}"
+        );
+        assert_eq!(volumes.len(), 1);
+        assert!(volumes[0].empty_dir.is_some());
+    }
+
+    #[test]
+    fn a_runner_runs_the_vm_in_roams_namespace_and_relays_the_console() {
+        let nics = [nic(0, "a.node-a")];
+        let l = boot_on_a(&nics);
+        let launcher = created(launcher_pod(&split(), &vm(), &l).unwrap());
+        let r = runner_pod(&split(), &vm(), &l, &launcher, None).unwrap();
+        assert_eq!(r.metadata.namespace.as_deref(), Some("roam-system"));
+        assert_eq!(
+            r.metadata.name.as_deref(),
+            Some(runner_name("ns", "demo-launcher").as_str())
+        );
+        assert!(r.metadata.owner_references.is_none());
+        assert!(!is_launcher(&r), "the runner holds no address");
+        assert_eq!(r.labels()[RUNNER_VM_LABEL], "u");
+        assert_eq!(
+            runner_of(&r),
+            Some(("ns".into(), "demo-launcher".into(), "pod-uid".into()))
+        );
+        let spec = r.spec.unwrap();
+        assert_eq!(spec.host_network, Some(true));
+        assert_eq!(spec.node_name.as_deref(), Some("node-a"));
+        assert_eq!(spec.share_process_namespace, Some(true));
+        let names: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["libvirtd", "shim", RELAY_CONTAINER]);
+        assert!(
+            spec.containers.iter().all(|c| c.resources.is_none()),
+            "the launcher pod holds the requests"
+        );
+        let relay = &spec.containers[2];
+        let args = relay.args.clone().unwrap();
+        let serial = shim(&spec).args.clone().unwrap();
+        let i = serial.iter().position(|a| a == "--serial-log").unwrap();
+        assert_eq!(
+            args,
+            [
+                "console",
+                "--file",
+                serial[i + 1].as_str(),
+                "--to",
+                "/run/roam-console/serial.log"
+            ]
+        );
+        let console = spec
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "console")
+            .unwrap();
+        assert_eq!(
+            console.host_path.unwrap().path,
+            "/var/lib/kubelet/pods/pod-uid/volumes/kubernetes.io~empty-dir/console"
+        );
+        // a launcher pod not created yet has no runner
+        let fresh = launcher_pod(&split(), &vm(), &l).unwrap();
+        assert!(runner_pod(&split(), &vm(), &l, &fresh, None).is_err());
+        // without runners there is none
+        assert!(runner_pod(&cfg(), &vm(), &l, &launcher, None).is_err());
+    }
+
+    #[test]
+    fn a_runner_takes_the_boot_volume_where_the_node_mounted_it() {
+        let mut v = vm();
+        v.spec.boot =
+            serde_json::from_value(json!({"volume": {"claimName": "disk1", "file": "vm.img"}}))
+                .unwrap();
+        let nics = [nic(0, "a.node-a")];
+        let l = boot_on_a(&nics);
+        let launcher = created(launcher_pod(&split(), &v, &l).unwrap());
+        let spec = launcher.spec.clone().unwrap();
+        assert!(
+            spec.volumes.iter().flatten().any(|v| v
+                .persistent_volume_claim
+                .as_ref()
+                .map(|c| c.claim_name.as_str())
+                == Some("disk1")),
+            "the launcher pod mounts the claim"
+        );
+        assert!(
+            spec.containers[0]
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == "boot-volume" && m.read_only == Some(true)),
+            "read-only, so that the kubelet mounts it"
+        );
+        assert!(
+            runner_pod(&split(), &v, &l, &launcher, None).is_err(),
+            "not before the node has mounted it"
+        );
+        let dir = "/var/lib/kubelet/pods/pod-uid/volumes/kubernetes.io~local-volume/pv1";
+        let r = runner_pod(&split(), &v, &l, &launcher, Some(dir)).unwrap();
+        let rs = r.spec.unwrap();
+        let vol = rs
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == "boot-volume")
+            .unwrap();
+        assert_eq!(vol.host_path.as_ref().unwrap().path, dir);
+        assert!(vol.persistent_volume_claim.is_none());
+        assert!(
+            shim(&rs)
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == "boot-volume" && m.mount_path == VOLUME_DIR)
+        );
+    }
+
+    #[test]
+    fn the_nodes_mount_of_a_claim() {
+        let pv = |spec: serde_json::Value| -> k8s_openapi::api::core::v1::PersistentVolume {
+            serde_json::from_value(json!({"metadata": {"name": "pv1"}, "spec": spec})).unwrap()
+        };
+        assert_eq!(
+            claim_host_dir(
+                "/var/lib/kubelet/",
+                "u1",
+                &pv(json!({"local": {"path": "/d"}}))
+            )
+            .unwrap(),
+            "/var/lib/kubelet/pods/u1/volumes/kubernetes.io~local-volume/pv1"
+        );
+        assert_eq!(
+            claim_host_dir(
+                "/k",
+                "u1",
+                &pv(json!({"csi": {"driver": "d", "volumeHandle": "h"}}))
+            )
+            .unwrap(),
+            "/k/pods/u1/volumes/kubernetes.io~csi/pv1/mount"
+        );
+        assert_eq!(
+            claim_host_dir("/k", "u1", &pv(json!({"hostPath": {"path": "/srv/v"}}))).unwrap(),
+            "/srv/v"
+        );
+        let nfs = claim_host_dir(
+            "/k",
+            "u1",
+            &pv(json!({"nfs": {"server": "s", "path": "/"}})),
+        );
+        assert!(nfs.unwrap_err().contains("neither local, CSI nor hostPath"));
+    }
+
+    #[test]
+    fn runner_names_are_distinct_valid_names() {
+        let a = runner_name("ns", "demo-launcher");
+        let b = runner_name("ns-demo", "launcher");
+        assert_ne!(a, b, "no collision of ns-name keys");
+        assert!(a.len() <= 63 && a.starts_with("roam-vm-"));
+        assert!(
+            a.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        );
+    }
+
+    #[test]
+    fn the_launcher_view_is_running_only_when_both_pods_are() {
+        let pod = |phase: &str, containers: &[(&str, bool)]| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "p"},
+                "status": {"phase": phase, "containerStatuses": containers.iter().map(|(n, w)| {
+                    let state = match w {
+                        true => json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}),
+                        false => json!({"running": {}}),
+                    };
+                    json!({"name": n, "ready": !w, "restartCount": 0, "image": "i", "imageID": "",
+                           "state": state})
+                }).collect::<Vec<_>>()}
+            }))
+            .unwrap()
+        };
+        let l = pod("Running", &[("console", false)]);
+        let ok = pod("Running", &[("libvirtd", false), ("shim", false)]);
+        let v = launcher_view(&l, Some(&ok), true);
+        assert!(pod_running(&v));
+        assert_eq!(v.status.unwrap().container_statuses.unwrap().len(), 3);
+        assert!(
+            !pod_running(&launcher_view(&l, None, true)),
+            "no runner yet"
+        );
+        assert!(!pod_running(&launcher_view(
+            &pod("Pending", &[]),
+            Some(&ok),
+            true
+        )));
+        let failed = launcher_view(&l, Some(&pod("Failed", &[])), true);
+        assert!(pod_failed(&failed));
+        let crashing = launcher_view(&l, Some(&pod("Running", &[("shim", true)])), true);
+        assert!(
+            launcher_trouble(&crashing)
+                .unwrap()
+                .contains("container shim CrashLoopBackOff"),
+            "the runner's trouble is the launcher's"
+        );
+        // without runners the pod is itself
+        assert_eq!(launcher_view(&l, None, false), l);
     }
 
     #[test]
