@@ -25,6 +25,7 @@ pub mod certs;
 mod fixtures;
 pub mod health;
 pub mod index;
+mod launchers;
 pub mod leader;
 pub mod metrics;
 mod migrations;

@@ -24,6 +24,7 @@ use roam_shim_api::client::ShimClient;
 use roam_shim_api::tls::ClientTls;
 use serde_json::json;
 
+use super::launchers;
 use super::retry::{Retry, object_key};
 use super::{Context, ovn, pods};
 use crate::api::{
@@ -34,7 +35,9 @@ use crate::core::claim::VM_LABEL;
 use crate::core::launcher::{
     LAUNCHER_LABEL, LauncherSpec, launcher_pod, shim_url, token_secret, vm_key,
 };
-use crate::core::launcher::{Mode, launcher_trouble, pod_failed, pod_running};
+use crate::core::launcher::{
+    Mode, RUNNER_LABEL, RUNNER_VM_ANNOTATION, launcher_trouble, pod_failed, pod_running,
+};
 use crate::core::placement::{self, Need, NodeFacts, Taint};
 use crate::core::vm::readiness::{condition, readiness, set_condition};
 use crate::core::vm::tap_name;
@@ -61,11 +64,23 @@ pub(super) async fn run(ctx: Arc<Context>) {
     };
     let retry = Retry::new("vm_errors");
     let policy = retry.clone();
-    Controller::new(api, watcher::Config::default())
-        .owns(
-            pods,
-            watcher::Config::default().labels(&format!("{LAUNCHER_LABEL}=true")),
-        )
+    let mut controller = Controller::new(api, watcher::Config::default()).owns(
+        pods,
+        watcher::Config::default().labels(&format!("{LAUNCHER_LABEL}=true")),
+    );
+    if let Some(r) = &ctx.config.vm.runners {
+        // a runner's change is its VM's
+        let runners: Api<Pod> = Api::namespaced(ctx.client.clone(), &r.namespace);
+        controller = controller.watches(
+            runners,
+            watcher::Config::default().labels(&format!("{RUNNER_LABEL}=true")),
+            |r| {
+                let (ns, name) = r.annotations().get(RUNNER_VM_ANNOTATION)?.split_once('/')?;
+                Some(kube::runtime::reflector::ObjectRef::new(name).within(ns))
+            },
+        );
+    }
+    controller
         .with_config(ControllerConfig::default().concurrency(ctx.config.concurrency))
         .run(
             move |vm, c| {
@@ -312,6 +327,12 @@ async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
         .into_iter()
         .filter(|p| teardown::is_launcher_of(p, &uid))
         .collect();
+    // each with its runner's state (the shim runs there)
+    let mut views = Vec::with_capacity(pods.len());
+    for p in pods {
+        views.push(launchers::view(ctx, p).await?);
+    }
+    let pods = views;
     let mut launchers = Vec::new();
     let mut ips = BTreeMap::new();
     for p in &pods {
@@ -326,6 +347,10 @@ async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
     let plan = teardown::plan(migration.as_ref().map(|(m, _)| m.as_str()), &launchers);
     let mut message = teardown::message(&plan);
     match &plan {
+        teardown::Plan::Done if launchers::sweep(ctx, vm).await? > 0 => {
+            // the launcher pods are gone: their runners go with them
+            message = format!("{message}; waiting for the runners to go");
+        }
         teardown::Plan::Done => {
             tracing::info!(vm = %vm_key(vm), "torn down on every node: letting it go");
             let secrets: Api<Secret> =
@@ -405,11 +430,7 @@ async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
                     teardown::Step::Wait(_) => false,
                 };
                 if delete && !terminating.contains(pod.as_str()) {
-                    match pods_api.delete(pod, &DeleteParams::default()).await {
-                        Ok(_) => {}
-                        Err(e) if Error::is_not_found(&e) => {}
-                        Err(e) => return Err(e.into()),
-                    }
+                    launchers::delete(ctx, &ns, pod).await?;
                 }
             }
         }
@@ -544,6 +565,9 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
         Err(e) if e.is_bad_input() => return refuse(&ctx, &vm, st, e).await,
         Err(e) => return Err(e),
     };
+    // a runner whose launcher pod is gone (deleted by anyone) goes too: the VM runs only
+    // while its pod, which holds its requests, does
+    launchers::sweep(&ctx, &vm).await?;
     st.node = Some(node.clone());
     st.pod = Some(pod_name.clone());
     st.shim_port = Some(port);
@@ -682,7 +706,7 @@ async fn ensure_launcher(
     let pods_api: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
     if let Some(p) = pods_api.get_opt(&spec.pod).await? {
-        return Ok(p);
+        return launchers::ensure_runner(ctx, vm, spec, p).await;
     }
     let pod = launcher_pod(&ctx.config.vm, vm, spec)?;
     let created = match pods_api.create(&PostParams::default(), &pod).await {
@@ -708,7 +732,7 @@ async fn ensure_launcher(
             addrs.join(", ")
         ),
     );
-    Ok(created)
+    launchers::ensure_runner(ctx, vm, spec, created).await
 }
 
 /// Ask the VM's shim: whether its domain runs, and how many guest resets are new (counted

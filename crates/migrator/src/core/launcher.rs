@@ -650,6 +650,8 @@ const NOBODY: u32 = 65534;
 pub const RUNNER_LABEL: &str = "roam.dev/runner";
 /// The label of a runner naming its VM's UID.
 pub const RUNNER_VM_LABEL: &str = "roam.dev/vm-uid";
+/// The annotation of a runner naming its VM (`namespace/name`).
+pub const RUNNER_VM_ANNOTATION: &str = "roam.dev/vm";
 /// The annotation of a runner naming its launcher pod (`namespace/name`).
 pub const RUNNER_OF_ANNOTATION: &str = "roam.dev/launcher";
 /// The annotation of a runner naming its launcher pod's UID: a runner is its launcher's
@@ -764,6 +766,7 @@ pub fn runner_pod(
         ],
     }));
     let mut annotations = BTreeMap::new();
+    annotations.insert(RUNNER_VM_ANNOTATION.to_string(), vm_key(vm));
     annotations.insert(
         RUNNER_OF_ANNOTATION.to_string(),
         format!("{}/{}", p.ns, l.pod),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use roam_shim_api::api::MigrateRequest;
 use roam_shim_api::client::ShimClient;
@@ -16,7 +16,7 @@ use super::tasks::{self, Local, Wait};
 use super::writes::{apply_moves, patch_status, patch_vm_status};
 use super::{key_of, vms};
 use crate::api::{Address, VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus};
-use crate::controller::{Context, failpoint, ovn};
+use crate::controller::{Context, failpoint, launchers, ovn};
 use crate::core::launcher::{LauncherSpec, Mode, launcher_pod, launcher_trouble, shim_url, vm_key};
 use crate::core::migration::observe::{
     guest_at, guest_on_target, is_shim_of, job, live, pod_running, record_landing, record_progress,
@@ -110,7 +110,9 @@ impl Run {
         st: &mut VirtualMachineMigrationStatus,
         deleted: bool,
     ) -> Result<Observed> {
-        let target_pod = self.pods.get_opt(&self.target_pod).await?;
+        let ns = self.vm.namespace().unwrap_or_default();
+        // with its runner's state (the target's shim runs there)
+        let target_pod = launchers::get(&self.ctx, &ns, &self.target_pod).await?;
         self.target_pod_exists = target_pod.is_some();
         // the target's shim, asked as soon as its pod exists (not when the kubelet gets
         // round to reporting it Running); only the shim of this very pod counts
@@ -228,11 +230,7 @@ impl Run {
     }
 
     async fn delete_pod(&self, name: &str) -> Result<()> {
-        match self.pods.delete(name, &DeleteParams::default()).await {
-            Ok(_) => Ok(()),
-            Err(e) if Error::is_not_found(&e) => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        launchers::delete(&self.ctx, &self.vm.namespace().unwrap_or_default(), name).await
     }
 
     /// Carry out `a` (idempotent).
@@ -337,27 +335,67 @@ impl Run {
             ovn::wait(&self.ctx, n, t).await?;
         }
         if self.target_pod_exists {
-            return Ok(());
+            return self.ensure_target_runner(m).await;
         }
-        let refs: Vec<&Address> = self.addresses.iter().map(|a| &**a).collect();
-        let nics = nics_of_addresses(&vm_key(&self.vm), &self.target, &refs);
+        let nics = self.target_nics();
         let name = m.name_any();
-        let l = LauncherSpec {
+        let l = self.target_spec(ip, &name, &nics);
+        let pod = launcher_pod(&self.ctx.config.vm, &self.vm, &l)?;
+        let pod = match self.pods.create(&PostParams::default(), &pod).await {
+            Ok(p) => p,
+            Err(e) if Error::is_conflict(&e) => self.pods.get(&self.target_pod).await?,
+            Err(e) => return Err(e.into()),
+        };
+        // with runners, the target's runner too (the new pod's UID is its)
+        launchers::ensure_runner(&self.ctx, &self.vm, &l, pod).await?;
+        Ok(())
+    }
+
+    fn target_nics(&self) -> Vec<crate::core::vm::VmNic> {
+        let refs: Vec<&Address> = self.addresses.iter().map(|a| &**a).collect();
+        nics_of_addresses(&vm_key(&self.vm), &self.target, &refs)
+    }
+
+    fn target_spec<'a>(
+        &'a self,
+        ip: &'a str,
+        migration: &'a str,
+        nics: &'a [crate::core::vm::VmNic],
+    ) -> LauncherSpec<'a> {
+        LauncherSpec {
             pod: self.target_pod.clone(),
             node: &self.target,
             node_ip: ip,
             mode: Mode::Incoming,
-            migration: Some(&name),
-            nics: &nics,
+            migration: Some(migration),
+            nics,
             port: self.port,
             token: &self.token,
-        };
-        let pod = launcher_pod(&self.ctx.config.vm, &self.vm, &l)?;
-        match self.pods.create(&PostParams::default(), &pod).await {
-            Ok(_) => Ok(()),
-            Err(e) if Error::is_conflict(&e) => Ok(()),
-            Err(e) => Err(e.into()),
         }
+    }
+
+    /// With runners: the existing target pod's runner, made if it is missing (e.g. a VM on a
+    /// volume, whose runner waits for its pod to run). Nothing without runners.
+    async fn ensure_target_runner(&self, m: &VirtualMachineMigration) -> Result<()> {
+        let (Some(ip), Some(_)) = (&self.target_ip, &self.ctx.config.vm.runners) else {
+            return Ok(());
+        };
+        let Some(pod) = self.pods.get_opt(&self.target_pod).await? else {
+            return Ok(());
+        };
+        if pod.metadata.deletion_timestamp.is_some() {
+            return Ok(());
+        }
+        let nics = self.target_nics();
+        let name = m.name_any();
+        launchers::ensure_runner(
+            &self.ctx,
+            &self.vm,
+            &self.target_spec(ip, &name, &nics),
+            pod,
+        )
+        .await?;
+        Ok(())
     }
 
     /// After the actions: a scheduling target is polled until its shim answers; a migration
@@ -373,6 +411,9 @@ impl Run {
         {
             let client = self.client(ip).await?;
             tasks::spawn_target_wait(m, client, self.target_pod.clone(), Wait::Ready, &self.local);
+            if self.target_pod_exists {
+                self.ensure_target_runner(m).await?;
+            }
         }
         if d.phase.is_terminal() {
             // no task may act on the VM once it settled

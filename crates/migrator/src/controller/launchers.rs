@@ -1,0 +1,177 @@
+//! A VM's launcher as the VM and migration controllers see it (thin I/O around
+//! [`crate::core::launcher`]): its pod in the VM's namespace and, with runners
+//! (`--runner-namespace`), the runner in roam's namespace that runs the VM. Without runners
+//! every function here is the pod alone, with no request more.
+//!
+//! A runner belongs to one launcher pod (its UID, [`runner_of`]): made once the pod exists
+//! (for a VM on a volume, once the pod runs, so that the kubelet has mounted the volume),
+//! made again if it goes, and deleted with its pod or once its pod is gone.
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, ResourceExt};
+
+use super::Context;
+use crate::api::{Boot, VirtualMachine};
+use crate::core::launcher::{
+    LauncherSpec, RUNNER_VM_LABEL, claim_host_dir, launcher_view, pod_running, runner_name,
+    runner_of, runner_pod, vm_key,
+};
+use crate::error::{Error, Result};
+
+fn runners_api(ctx: &Context) -> Option<Api<Pod>> {
+    let r = ctx.config.vm.runners.as_ref()?;
+    Some(Api::namespaced(ctx.client.clone(), &r.namespace))
+}
+
+/// Launcher pod `p` with its runner's state ([`launcher_view`]): the pod itself without
+/// runners.
+pub(super) async fn view(ctx: &Context, p: Pod) -> Result<Pod> {
+    let Some(api) = runners_api(ctx) else {
+        return Ok(p);
+    };
+    let runner = runner_of_pod(&api, &p).await?;
+    Ok(launcher_view(&p, runner.as_ref(), true))
+}
+
+/// The runner of launcher pod `p`, if it has one (a runner of an earlier pod of the same
+/// name is not).
+async fn runner_of_pod(api: &Api<Pod>, p: &Pod) -> Result<Option<Pod>> {
+    let name = runner_name(&p.namespace().unwrap_or_default(), &p.name_any());
+    let r = api.get_opt(&name).await?;
+    Ok(r.filter(|r| runner_of(r).map(|(_, _, uid)| uid) == p.metadata.uid))
+}
+
+/// Launcher pod `ns/name` with its runner's state, if the pod exists.
+pub(super) async fn get(ctx: &Context, ns: &str, name: &str) -> Result<Option<Pod>> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    match pods.get_opt(name).await? {
+        Some(p) => Ok(Some(view(ctx, p).await?)),
+        None => Ok(None),
+    }
+}
+
+/// The runner of existing launcher pod `launcher` (of `vm`, as `spec` says), made if it is
+/// missing; the launcher's view. A runner left by an earlier pod of the same name is deleted
+/// first.
+pub(super) async fn ensure_runner(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    spec: &LauncherSpec<'_>,
+    launcher: Pod,
+) -> Result<Pod> {
+    let Some(api) = runners_api(ctx) else {
+        return Ok(launcher);
+    };
+    let name = runner_name(&vm.namespace().unwrap_or_default(), &spec.pod);
+    let existing = api.get_opt(&name).await?;
+    if let Some(r) = &existing {
+        if runner_of(r).map(|(_, _, uid)| uid) == launcher.metadata.uid {
+            return Ok(launcher_view(&launcher, Some(r), true));
+        }
+        if r.metadata.deletion_timestamp.is_none() {
+            tracing::info!(vm = %vm_key(vm), runner = %name, "deleting the runner of an earlier launcher pod");
+            delete_named(&api, &name).await?;
+        }
+        return Ok(launcher_view(&launcher, None, true));
+    }
+    if launcher.metadata.deletion_timestamp.is_some() {
+        return Ok(launcher_view(&launcher, None, true));
+    }
+    let volume_dir = match &vm.spec.boot {
+        Boot::Volume { claim_name, .. } => {
+            if !pod_running(&launcher) {
+                // the kubelet mounts the volume before the pod's container starts
+                return Ok(launcher_view(&launcher, None, true));
+            }
+            Some(volume_dir(ctx, vm, claim_name, &launcher).await?)
+        }
+        _ => None,
+    };
+    let pod = runner_pod(&ctx.config.vm, vm, spec, &launcher, volume_dir.as_deref())?;
+    let created = match api.create(&PostParams::default(), &pod).await {
+        Ok(r) => r,
+        Err(e) if Error::is_conflict(&e) => api.get(&name).await?,
+        Err(e) => return Err(e.into()),
+    };
+    tracing::info!(vm = %vm_key(vm), pod = %spec.pod, runner = %name, node = %spec.node, "runner created");
+    Ok(launcher_view(&launcher, Some(&created), true))
+}
+
+/// Where launcher pod `launcher`'s node shows the VM's boot volume `claim_name`.
+async fn volume_dir(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    claim_name: &str,
+    launcher: &Pod,
+) -> Result<String> {
+    let ns = vm.namespace().unwrap_or_default();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let claim = claims.get(claim_name).await?;
+    let pv_name = claim.spec.and_then(|s| s.volume_name).ok_or_else(|| {
+        Error::Conflict(format!("claim {ns}/{claim_name} is bound to no volume yet"))
+    })?;
+    let pv = Api::<PersistentVolume>::all(ctx.client.clone())
+        .get(&pv_name)
+        .await?;
+    let runners = ctx.config.vm.runners.as_ref().expect("called with runners");
+    claim_host_dir(
+        &runners.kubelet_root,
+        launcher.metadata.uid.as_deref().unwrap_or_default(),
+        &pv,
+    )
+    .map_err(|problem| Error::InvalidVm {
+        vm: vm_key(vm),
+        problem,
+    })
+}
+
+async fn delete_named(api: &Api<Pod>, name: &str) -> Result<()> {
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if Error::is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Delete launcher pod `ns/name` and its runner.
+pub(super) async fn delete(ctx: &Context, ns: &str, name: &str) -> Result<()> {
+    delete_named(&Api::namespaced(ctx.client.clone(), ns), name).await?;
+    if let Some(api) = runners_api(ctx) {
+        delete_named(&api, &runner_name(ns, name)).await?;
+    }
+    Ok(())
+}
+
+/// Delete the runners of `vm` whose launcher pod is gone (or was replaced by another of the
+/// same name); how many of its runners are left. 0 without runners.
+pub(super) async fn sweep(ctx: &Context, vm: &VirtualMachine) -> Result<usize> {
+    let Some(api) = runners_api(ctx) else {
+        return Ok(0);
+    };
+    let uid = vm.uid().unwrap_or_default();
+    let runners = api
+        .list(&ListParams::default().labels(&format!("{RUNNER_VM_LABEL}={uid}")))
+        .await?
+        .items;
+    let mut left = 0;
+    for r in runners {
+        let live = match runner_of(&r) {
+            Some((ns, pod, pod_uid)) => Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+                .get_opt(&pod)
+                .await?
+                .is_some_and(|p| p.metadata.uid.as_deref() == Some(pod_uid.as_str())),
+            None => false,
+        };
+        if live {
+            left += 1;
+        } else if r.metadata.deletion_timestamp.is_none() {
+            tracing::info!(vm = %vm_key(vm), runner = %r.name_any(), "its launcher pod is gone: deleting the runner");
+            delete_named(&api, &r.name_any()).await?;
+            left += 1;
+        } else {
+            left += 1;
+        }
+    }
+    Ok(left)
+}
