@@ -600,6 +600,7 @@ fn roam_has_exactly_the_permissions_it_needs() {
         "virtualmachines.roam.dev [] [get list watch patch]",
         "nodes [] [get list watch]",
         "persistentvolumeclaims [] [get]",
+        "persistentvolumes [] [get]",
         "certificatesigningrequests.certificates.k8s.io [] [get list watch]",
         "networks.roam.dev [] [list watch]",
         "namespaces [] [list]",

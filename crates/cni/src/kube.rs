@@ -9,7 +9,7 @@ use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use roam_contract::annotation::{PodAddress, parse_addresses};
-use roam_contract::keys::{ADDRESSES, ERROR_ANNOTATION};
+use roam_contract::keys::{ADDRESSES, ERROR_ANNOTATION, LAUNCHER_LABEL};
 use roam_contract::owner::{owner_key, refs_of};
 
 use crate::error::{Error, Result};
@@ -25,6 +25,17 @@ async fn client(kubeconfig: &Path) -> Result<kube::Client> {
     kube::Client::try_from(config).map_err(|e| Error::Kube(format!("build the client: {e}")))
 }
 
+/// What a pod is to be given.
+#[derive(Debug)]
+pub enum Attachment {
+    /// The addresses of its `roam.dev/addresses`, every one the pod's.
+    Addresses(Vec<PodAddress>),
+    /// No network: a VM's launcher pod (labelled `roam.dev/launcher`), whose VM has the
+    /// VM's addresses through its runner; the pod itself only shows the console. A pod that
+    /// forges the label only cuts itself off.
+    Isolated,
+}
+
 /// The pod's `roam.dev/addresses`, parsed, once it is there and every Address it names is
 /// the pod's; waits at most `timeout`. A pod that does not exist, a malformed annotation, a
 /// pod roam-controller refused (`roam.dev/error` without addresses), or a request the API
@@ -36,7 +47,7 @@ pub async fn wait_addresses(
     namespace: &str,
     name: &str,
     timeout: Duration,
-) -> Result<Vec<PodAddress>> {
+) -> Result<Attachment> {
     let started = Instant::now();
     let deadline = started + timeout;
     let client = client(kubeconfig).await?;
@@ -55,6 +66,9 @@ pub async fn wait_addresses(
             Ok(Ok(Some(pod))) => {
                 last_error = None;
                 let labels = pod.metadata.labels.clone().unwrap_or_default();
+                if labels.get(LAUNCHER_LABEL).map(String::as_str) == Some("true") {
+                    return Ok(Attachment::Isolated);
+                }
                 let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
                 let annotations = pod.metadata.annotations.unwrap_or_default();
                 if let Some(v) = annotations.get(ADDRESSES) {
@@ -66,7 +80,7 @@ pub async fn wait_addresses(
                     let owners = refs_of(pod.metadata.owner_references.as_ref());
                     let owner = owner_key(namespace, name, &labels, &owners);
                     match first_problem(&addresses, &list, &owner, node.as_deref()).await {
-                        Ok(None) => return Ok(list),
+                        Ok(None) => return Ok(Attachment::Addresses(list)),
                         Ok(Some(p)) => not_the_pods = Some(p),
                         Err(e) => last_error = Some(e),
                     }

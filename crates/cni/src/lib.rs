@@ -120,7 +120,7 @@ async fn add(env: &CniEnv, conf: &NetConf) -> Result<Value> {
     let (namespace, pod) = env.pod()?;
     let netns = open_netns(env)?;
     let ovs = Ovs::connect(&conf.ovs_db, &conf.bridge).await?;
-    let addresses = kube::wait_addresses(
+    let attachment = kube::wait_addresses(
         conf.kubeconfig
             .as_deref()
             .expect("ADD configs carry a kubeconfig"),
@@ -129,6 +129,10 @@ async fn add(env: &CniEnv, conf: &NetConf) -> Result<Value> {
         conf.annotation_timeout,
     )
     .await?;
+    let addresses = match attachment {
+        kube::Attachment::Addresses(a) => a,
+        kube::Attachment::Isolated => return isolate(env, conf, &netns).await,
+    };
     let plans = plan::plan(&conf.name, key, (&namespace, &pod), &addresses)?;
     let host = Netlink::host()?;
     // an earlier ADD of the same attachment that died midway: start clean
@@ -163,6 +167,28 @@ async fn add(env: &CniEnv, conf: &NetConf) -> Result<Value> {
             }
         }
     }
+}
+
+/// A launcher pod's network: a dummy `CNI_IFNAME` with [`result::ISOLATED_IP`] (a runtime
+/// wants an address on it), no route, nothing on the host side.
+async fn isolate(env: &CniEnv, conf: &NetConf, netns: &File) -> Result<Value> {
+    let pod = Netlink::in_netns(netns)?;
+    let ifname = &env.key().ifname;
+    if pod.index(ifname).await?.is_none() {
+        pod.create_dummy(ifname).await?;
+    }
+    let index = pod.set_up(ifname).await?;
+    let has = pod
+        .addresses(&pod.links().await?)
+        .await?
+        .iter()
+        .any(|a| a.ip == result::ISOLATED_IP);
+    if !has {
+        pod.add_address(index, ifname, result::ISOLATED_IP, 32)
+            .await?;
+    }
+    let r = result::isolated(ifname, env.netns.as_deref().expect("ADD carries CNI_NETNS"));
+    Ok(result::render(&r, &conf.cni_version))
 }
 
 async fn plumb(

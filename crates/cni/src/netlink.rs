@@ -128,6 +128,16 @@ impl Netlink {
             )))
     }
 
+    /// Create a dummy link `name` (no peer: nothing reaches or leaves through it).
+    pub async fn create_dummy(&self, name: &str) -> Result<()> {
+        self.handle
+            .link()
+            .add(rtnetlink::LinkDummy::new(name).build())
+            .execute()
+            .await
+            .map_err(nl_err(format!("create dummy link {name}")))
+    }
+
     /// Set link `name` up.
     pub async fn set_up(&self, name: &str) -> Result<u32> {
         let index = self.require(name).await?;

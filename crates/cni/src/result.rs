@@ -107,6 +107,28 @@ pub fn build(plans: &[InterfacePlan], netns: &Path) -> CniResult {
     r
 }
 
+/// The one address of an isolated launcher pod ([`crate::kube::Attachment::Isolated`]):
+/// link-local, reachable from nowhere.
+pub const ISOLATED_IP: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+
+/// The result of an isolated ADD: the pod's dummy interface and [`ISOLATED_IP`], no route.
+pub fn isolated(ifname: &str, netns: &Path) -> CniResult {
+    CniResult {
+        interfaces: vec![ResultInterface {
+            name: ifname.to_string(),
+            mac: None,
+            mtu: None,
+            sandbox: Some(netns.display().to_string()),
+        }],
+        ips: vec![ResultIp {
+            address: format!("{ISOLATED_IP}/32"),
+            gateway: None,
+            interface: Some(0),
+        }],
+        routes: vec![],
+    }
+}
+
 /// The result as JSON in the shape of `cni_version`: 1.1.0 carries interface MTUs and route
 /// priority and scope; before 1.0.0 every IP carries `"version": "4"`.
 pub fn render(r: &CniResult, cni_version: &str) -> Value {

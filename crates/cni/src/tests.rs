@@ -730,6 +730,22 @@ fn the_runtimes_ifname_must_be_in_the_annotation() {
 }
 
 #[test]
+fn an_isolated_launcher_pod_gets_one_link_local_address_and_no_route() {
+    let r = crate::result::isolated("eth0", Path::new("/run/netns/x"));
+    assert_eq!(
+        crate::result::render(&r, "1.0.0"),
+        json!({"cniVersion": "1.0.0",
+               "interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
+               "ips": [{"address": "169.254.1.1/32", "interface": 0}],
+               "routes": [], "dns": {}})
+    );
+    assert!(
+        crate::result::host_interfaces(&r).is_empty(),
+        "nothing on the host"
+    );
+}
+
+#[test]
 fn results_take_the_shape_of_their_version() {
     let plans = plan("roam", &key("abc"), ("ns", "p"), &[overlay(), underlay()]).unwrap();
     let r = build(&plans, Path::new("/run/netns/x"));

@@ -23,7 +23,9 @@ pub const POLL: Duration = Duration::from_millis(200);
 /// What `console` does: follow `file` onto stdout, or onto `to`.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Args {
+    /// The file QEMU appends the console to.
     pub file: PathBuf,
+    /// Where it goes: stdout when `None`.
     pub to: Option<PathBuf>,
 }
 
