@@ -262,17 +262,61 @@ impl Lab {
     }
 }
 
-/// The libvirtd of VM `vm`'s launcher pod on `node` (namespace `ns`), as a URI for virsh on
-/// the lab's host — its `libvirtd` container's `--listen` — or `None` when the VM has no live
-/// launcher pod there. Each launcher pod runs its own libvirtd. A launcher with the node's
+/// The pods of VM `ns/vm` that may run it (as JSON): its launcher pods and, with runners,
+/// their runners in roam-system. Each launcher pod runs its own libvirtd. A launcher with the node's
 /// certificates (`--pki-dir`, as installed) takes TLS only: the URI is
 /// `qemu+tls://NODE_IP:PORT/system?pkipath=…` with a copy of that node's identity (the test
 /// acts as an admin of that node); else `qemu+tcp://NODE_IP:PORT/system`.
+pub fn launcher_pods_running(lab: &Lab, ns: &str, vm: &str) -> Vec<serde_json::Value> {
+    use roam_contract::keys::{RUNNER_LABEL, RUNNER_VM_ANNOTATION};
+    let list = |ns: &str, label: &str| -> Vec<serde_json::Value> {
+        try_kubectl(lab, &["-n", ns, "get", "pods", "-l", label, "-o", "json"])
+            .ok()
+            .and_then(|out| serde_json::from_str::<serde_json::Value>(&out).ok())
+            .and_then(|v| v["items"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    let mut pods = list(ns, &format!("{}={vm}", roam_contract::keys::VM_LABEL));
+    // with runners (as installed), the runner in roam-system runs the VM
+    pods.extend(
+        list(RUNNER_NAMESPACE, &format!("{RUNNER_LABEL}=true"))
+            .into_iter()
+            .filter(|p| p["metadata"]["annotations"][RUNNER_VM_ANNOTATION] == format!("{ns}/{vm}")),
+    );
+    pods
+}
+
+/// The namespace of the installed roam's VM runners.
+pub const RUNNER_NAMESPACE: &str = "roam-system";
+
+/// The pod that runs launcher pod `ns/pod`'s VM, as `(namespace, name)`: its runner in
+/// roam-system when it has one (roam as installed), else the pod itself.
+pub fn runner_of_launcher(lab: &Lab, ns: &str, pod: &str) -> (String, String) {
+    use roam_contract::keys::{RUNNER_LABEL, RUNNER_OF_ANNOTATION};
+    let label = format!("{RUNNER_LABEL}=true");
+    let runner = try_kubectl(
+        lab,
+        &["-n", RUNNER_NAMESPACE, "get", "pods", "-l", &label, "-o", "json"],
+    )
+    .ok()
+    .and_then(|out| serde_json::from_str::<serde_json::Value>(&out).ok())
+    .and_then(|v| {
+        v["items"].as_array()?.iter().find_map(|p| {
+            (p["metadata"]["annotations"][RUNNER_OF_ANNOTATION] == format!("{ns}/{pod}"))
+                .then(|| p["metadata"]["name"].as_str().map(String::from))?
+        })
+    });
+    match runner {
+        Some(r) => (RUNNER_NAMESPACE.to_string(), r),
+        None => (ns.to_string(), pod.to_string()),
+    }
+}
+
+/// The libvirtd of VM `vm`'s launcher on `node` (namespace `ns`; the pod that runs it, see
+/// [`launcher_pods_running`]), as a URI for virsh on the lab's host — its `libvirtd`
+/// container's `--listen` — or `None` when the VM has no live launcher there.
 pub fn launcher_libvirt(lab: &Lab, ns: &str, vm: &str, node: &str) -> Option<String> {
-    let label = format!("{}={vm}", roam_contract::keys::VM_LABEL);
-    let out = try_kubectl(lab, &["-n", ns, "get", "pods", "-l", &label, "-o", "json"]).ok()?;
-    let pods: serde_json::Value = serde_json::from_str(&out).ok()?;
-    pods["items"].as_array()?.iter().find_map(|p| {
+    launcher_pods_running(lab, ns, vm).iter().find_map(|p| {
         if p["spec"]["nodeName"] != node || !p["metadata"]["deletionTimestamp"].is_null() {
             return None;
         }

@@ -604,7 +604,11 @@ fn roll_node_daemonset(lab: &Lab, cli_ns: &roam_e2e::TestNetns, ip: &str, mac: &
     };
     let before_pods = ds_pods();
     let before = vm(lab, &H8)["status"].clone();
-    let launcher = |name: &str| get(lab, &["-n", NS, "get", "pod", name]);
+    // the pod that runs the VM: its runner (roam as installed)
+    let launcher = |name: &str| {
+        let (ns, pod) = roam_e2e::runner_of_launcher(lab, NS, name);
+        get(lab, &["-n", &ns, "get", "pod", &pod])
+    };
     let restarts = |p: &serde_json::Value| -> Vec<u64> {
         p["status"]["containerStatuses"]
             .as_array()

@@ -332,6 +332,10 @@ fn deleted_vms_leave_nothing_on_any_node(lab: &Lab, ctl: &Installed, names: &[&s
         "no launcher pod is left: {pods}"
     );
     for n in names {
+        let left = roam_e2e::launcher_pods_running(lab, NS, n);
+        assert!(left.is_empty(), "no runner of {n} is left: {left:?}");
+    }
+    for n in names {
         let domain = format!("{NS}_{n}");
         assert!(!qemu_of(&domain), "QEMU of {domain} still runs");
         let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/{n}"));

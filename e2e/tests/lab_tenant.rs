@@ -3,10 +3,10 @@
 //! server with its own token. It creates a VM, migrates it and deletes it (all allowed);
 //! a VM booting from a host path is refused with the reason; a pod it labels as the VM's and
 //! annotates with the VM's address gets an address of its own and takes nothing from the
-//! VM; roam's Secrets (the CA, the shims' tokens) are out of its reach.
-//!
-//! Not covered, because it does not hold yet (#20): the launcher pods are privileged and in
-//! the tenant's namespace, so `edit` may `kubectl exec` into them (root on the node).
+//! VM; roam's Secrets (the CA, the shims' tokens) are out of its reach. The VM's launcher pod
+//! in its namespace is unprivileged (no privileged container, host path or host network): an
+//! `exec` into it is user nobody with no capability, and the runner that runs the VM, in
+//! roam-system, is out of the tenant's reach (exec, get).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -199,10 +199,58 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
         ctl.log_tail(30)
     );
 
+    // its launcher pod: unprivileged, and what the tenant can exec into there can do nothing
+    let launcher = st["pod"].as_str().expect("t1's launcher pod").to_string();
+    let pod = get(&lab, &["-n", NS, "get", "pod", &launcher]).expect("t1's launcher pod");
+    let spec = &pod["spec"];
+    assert!(spec["hostNetwork"].is_null(), "{spec}");
+    assert!(
+        spec["volumes"]
+            .as_array()
+            .is_some_and(|v| v.iter().all(|v| v["hostPath"].is_null())),
+        "no host path: {spec}"
+    );
+    assert!(
+        spec["containers"].as_array().is_some_and(|cs| cs
+            .iter()
+            .all(|c| c["securityContext"]["privileged"] != true
+                && c["securityContext"]["capabilities"]["drop"][0] == "ALL")),
+        "no privileged container: {spec}"
+    );
+    let (ok, out, err) = as_tenant(
+        &lab,
+        &kc,
+        &["-n", NS, "exec", &launcher, "--", "cat", "/proc/self/status"],
+    );
+    assert!(ok, "the tenant execs into its VM's pod: {err}");
+    let field = |k: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(|v| v.split_whitespace().next().unwrap_or_default().to_string())
+    };
+    assert_eq!(field("Uid:").as_deref(), Some("65534"), "{out}");
+    assert_eq!(
+        field("CapEff:").as_deref(),
+        Some("0000000000000000"),
+        "{out}"
+    );
+    assert_eq!(field("NoNewPrivs:").as_deref(), Some("1"), "{out}");
+    // the runner that runs the VM: in roam-system, out of reach
+    let runner = roam_migrator::core::launcher::runner_name(NS, &launcher);
+    get(&lab, &["-n", "roam-system", "get", "pod", &runner]).expect("t1's runner");
+    for args in [
+        &["-n", "roam-system", "exec", runner.as_str(), "--", "id"][..],
+        &["-n", "roam-system", "get", "pods"],
+    ] {
+        let (ok, _, err) = as_tenant(&lab, &kc, args);
+        assert!(!ok && err.contains("forbidden"), "{args:?}: {err}");
+    }
+
     // a pod labelled as the VM's and annotated with the VM's address: its own address, the
     // VM's Address untouched
-    // (the launcher is host-networked: the forged annotation is written from the VM's
-    // Address, in the form roam-controller writes for a pod, and is one the CNI would parse)
+    // (the launcher pod has no address of its own: the forged annotation is written from the
+    // VM's Address, in the form roam-controller writes for a pod, and is one the CNI would
+    // parse)
     let a = get(&lab, &["get", "address", &address]).expect("t1's Address");
     let stolen = json!([{"name": "eth0", "network": NET, "mode": "overlay",
         "address": address, "port": address, "ip": ip, "prefixLen": 32,

@@ -434,11 +434,9 @@ fn vms_on_vlans_and_with_two_interfaces_live_migrate_keeping_their_addresses() {
         assert_eq!(a["spec"]["owner"], format!("{NS}/{VM2}"), "{a}");
         assert_eq!(a["spec"]["dhcp"], true, "{a}");
     }
-    let pod2 = get(
-        &lab,
-        &["-n", NS, "get", "pod", st2["pod"].as_str().unwrap()],
-    )
-    .unwrap();
+    // the pod that runs the VM: its runner, with runners (as installed)
+    let (rns, runner2) = roam_e2e::runner_of_launcher(&lab, NS, st2["pod"].as_str().unwrap());
+    let pod2 = get(&lab, &["-n", &rns, "get", "pod", &runner2]).unwrap();
     let shim2 = pod2["spec"]["containers"]
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["name"] == "shim"))

@@ -9,6 +9,11 @@
 pub const VM_LABEL: &str = "roam.dev/vm";
 /// The label that marks a VM's launcher pod (value `true`).
 pub const LAUNCHER_LABEL: &str = "roam.dev/launcher";
+/// The label that marks a VM's runner, the privileged pod in roam's namespace that runs the
+/// VM of a launcher pod (value `true`).
+pub const RUNNER_LABEL: &str = "roam.dev/runner";
+/// The label of a runner naming its VM's UID.
+pub const RUNNER_VM_LABEL: &str = "roam.dev/vm-uid";
 /// The label on an Address naming its Network.
 pub const NETWORK_LABEL: &str = "roam.dev/network";
 
@@ -31,6 +36,14 @@ pub const ALSO_ON: &str = "roam.dev/also-on";
 pub const MIGRATE_TO: &str = "roam.dev/migrate-to";
 /// The annotation on a migration's target launcher pod: the migration's name.
 pub const MIGRATION_ANNOTATION: &str = "roam.dev/migration";
+
+/// The annotation of a runner naming its VM (`namespace/name`).
+pub const RUNNER_VM_ANNOTATION: &str = "roam.dev/vm";
+/// The annotation of a runner naming its launcher pod (`namespace/name`).
+pub const RUNNER_OF_ANNOTATION: &str = "roam.dev/launcher";
+/// The annotation of a runner naming its launcher pod's UID: a runner is its launcher's only
+/// while that pod lives (a new pod of the same name gets a runner of its own).
+pub const RUNNER_OF_UID_ANNOTATION: &str = "roam.dev/launcher-uid";
 
 // Finalizers
 

@@ -362,11 +362,21 @@ pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
     let src_pod = status["pod"].as_str().unwrap().to_string();
     let pod = get(&lab, &["-n", ns, "get", "pod", &src_pod]).expect("the launcher pod");
     assert_eq!(pod["spec"]["nodeName"], "node-a");
-    assert_eq!(pod["spec"]["hostNetwork"], true);
+    assert!(
+        pod["spec"]["hostNetwork"].is_null(),
+        "the VM's pod is an ordinary pod"
+    );
     assert_eq!(
         pod["status"]["phase"], "Running",
         "started by the real kubelet"
     );
+    // its runner runs the VM, in roam-system, on the same node, host-networked
+    let (rns, rname) = roam_e2e::runner_of_launcher(&lab, ns, &src_pod);
+    assert_eq!(rns, roam_e2e::RUNNER_NAMESPACE, "a runner runs the VM");
+    let runner = get(&lab, &["-n", &rns, "get", "pod", &rname]).expect("the runner");
+    assert_eq!(runner["spec"]["nodeName"], "node-a");
+    assert_eq!(runner["spec"]["hostNetwork"], true);
+    assert_eq!(runner["status"]["phase"], "Running");
     wait_until(LONG, "the guest's /32 lease from OVN (serial log)", || {
         let s = serial(&lab, n);
         (s.contains(&format!("lease of {ip} obtained")) && s.contains("ROAM-GUEST-SERVICES-UP"))

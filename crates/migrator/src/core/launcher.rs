@@ -28,7 +28,10 @@ use crate::core::claim::VM_LABEL;
 use crate::core::vm::VmNic;
 use crate::error::{Error, Result};
 
-pub use roam_contract::keys::{LAUNCHER_LABEL, MIGRATION_ANNOTATION};
+pub use roam_contract::keys::{
+    LAUNCHER_LABEL, MIGRATION_ANNOTATION, RUNNER_LABEL, RUNNER_OF_ANNOTATION,
+    RUNNER_OF_UID_ANNOTATION, RUNNER_VM_ANNOTATION, RUNNER_VM_LABEL,
+};
 /// Where the launcher pod keeps its state.
 const STATE_DIR: &str = "/var/lib/roam-shim";
 
@@ -646,18 +649,6 @@ pub const CONSOLE_FILE: &str = "serial.log";
 const RELAY_CONSOLE_DIR: &str = "/run/roam-console";
 /// The unprivileged user of the launcher pod (nobody).
 const NOBODY: u32 = 65534;
-/// The runner's label (`true`): its VM's UID is in [`RUNNER_VM_LABEL`].
-pub const RUNNER_LABEL: &str = "roam.dev/runner";
-/// The label of a runner naming its VM's UID.
-pub const RUNNER_VM_LABEL: &str = "roam.dev/vm-uid";
-/// The annotation of a runner naming its VM (`namespace/name`).
-pub const RUNNER_VM_ANNOTATION: &str = "roam.dev/vm";
-/// The annotation of a runner naming its launcher pod (`namespace/name`).
-pub const RUNNER_OF_ANNOTATION: &str = "roam.dev/launcher";
-/// The annotation of a runner naming its launcher pod's UID: a runner is its launcher's
-/// only while that pod lives (a new pod of the same name gets a runner of its own).
-pub const RUNNER_OF_UID_ANNOTATION: &str = "roam.dev/launcher-uid";
-
 /// The runner of launcher pod `ns/pod` (in [`RunnerConfig::namespace`]): a name of its own
 /// that no other launcher's can be (a digest of the pod's key; pure).
 pub fn runner_name(ns: &str, pod: &str) -> String {
