@@ -296,7 +296,16 @@ pub fn runner_of_launcher(lab: &Lab, ns: &str, pod: &str) -> (String, String) {
     let label = format!("{RUNNER_LABEL}=true");
     let runner = try_kubectl(
         lab,
-        &["-n", RUNNER_NAMESPACE, "get", "pods", "-l", &label, "-o", "json"],
+        &[
+            "-n",
+            RUNNER_NAMESPACE,
+            "get",
+            "pods",
+            "-l",
+            &label,
+            "-o",
+            "json",
+        ],
     )
     .ok()
     .and_then(|out| serde_json::from_str::<serde_json::Value>(&out).ok())

@@ -220,7 +220,15 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
     let (ok, out, err) = as_tenant(
         &lab,
         &kc,
-        &["-n", NS, "exec", &launcher, "--", "cat", "/proc/self/status"],
+        &[
+            "-n",
+            NS,
+            "exec",
+            &launcher,
+            "--",
+            "cat",
+            "/proc/self/status",
+        ],
     );
     assert!(ok, "the tenant execs into its VM's pod: {err}");
     let field = |k: &str| {

@@ -16,7 +16,9 @@
 //!   `external_ids:iface-id` = the OVN port; overlay: `A/32`, `GW/32` on-link, default via GW;
 //!   underlay: `A/plen`, default via GW. DHCP-annotated interfaces get the same values set
 //!   statically (they are what OVN's DHCP row holds; a container has no DHCP client). A
-//!   failed ADD removes whatever it created.
+//!   failed ADD removes whatever it created. A VM's launcher pod (labelled
+//!   `roam.dev/launcher`) is isolated instead: its VM has the VM's addresses through its
+//!   runner, and the pod gets only `CNI_IFNAME` with a link-local address, leading nowhere.
 //! - DEL: finds the attachment's ports by `external_ids` (network, container, ifname) and
 //!   its veths by their derived names; needs only CNI_CONTAINERID, CNI_IFNAME and the config;
 //!   what is already gone is success.
@@ -169,13 +171,17 @@ async fn add(env: &CniEnv, conf: &NetConf) -> Result<Value> {
     }
 }
 
-/// A launcher pod's network: a dummy `CNI_IFNAME` with [`result::ISOLATED_IP`] (a runtime
-/// wants an address on it), no route, nothing on the host side.
+/// A launcher pod's network: `CNI_IFNAME` with [`result::ISOLATED_IP`] (a runtime wants an
+/// address on it), one end of a veth pair whose other end is in the pod too, down; no route,
+/// nothing on the host side.
+/// The other end of an isolated pod's interface.
+const ISOLATED_PEER: &str = "roam-none";
+
 async fn isolate(env: &CniEnv, conf: &NetConf, netns: &File) -> Result<Value> {
     let pod = Netlink::in_netns(netns)?;
     let ifname = &env.key().ifname;
     if pod.index(ifname).await?.is_none() {
-        pod.create_dummy(ifname).await?;
+        pod.create_veth_here(ifname, ISOLATED_PEER).await?;
     }
     let index = pod.set_up(ifname).await?;
     let has = pod

@@ -128,14 +128,15 @@ impl Netlink {
             )))
     }
 
-    /// Create a dummy link `name` (no peer: nothing reaches or leaves through it).
-    pub async fn create_dummy(&self, name: &str) -> Result<()> {
+    /// Create a veth pair `name`/`peer` with both ends in this namespace: a link that leads
+    /// nowhere (the `dummy` kind needs a module not every kernel has).
+    pub async fn create_veth_here(&self, name: &str, peer: &str) -> Result<()> {
         self.handle
             .link()
-            .add(rtnetlink::LinkDummy::new(name).build())
+            .add(LinkVeth::new(name, peer).build())
             .execute()
             .await
-            .map_err(nl_err(format!("create dummy link {name}")))
+            .map_err(nl_err(format!("create veth pair {name}/{peer} in the pod")))
     }
 
     /// Set link `name` up.
