@@ -427,6 +427,9 @@ fn gather(all: &mut Vec<(String, Vec<f64>)>, spans: &Spans) {
 /// shim's answer).
 /// Also whether the kubelet's first list of a Secret of the pod was forbidden.
 fn launcher_start(lab: &Lab, node: &str, pod: &str, created: f64, ready: f64) -> (Spans, bool) {
+    // the pod whose shim serves the migration API: the launcher's runner (roam as installed)
+    let (ns, pod) = roam_e2e::runner_of_launcher(lab, NS, pod);
+    let pod = pod.as_str();
     let dir = lab.dir().join(node);
     let read = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap_or_default();
     let shim_log = std::fs::read_dir(dir.join("fs_var_log_pods"))
@@ -436,7 +439,7 @@ fn launcher_start(lab: &Lab, node: &str, pod: &str, created: f64, ready: f64) ->
         .find(|e| {
             e.file_name()
                 .to_string_lossy()
-                .starts_with(&format!("{NS}_{pod}_"))
+                .starts_with(&format!("{ns}_{pod}_"))
         })
         .map(|e| read(e.path().join("shim/0.log")))
         .unwrap_or_default();
@@ -461,7 +464,7 @@ fn launcher_start(lab: &Lab, node: &str, pod: &str, created: f64, ready: f64) ->
         &kubelet,
         &read(dir.join("logs/containerd.log")),
         &shim_log,
-        (NS, pod, "shim"),
+        (&ns, pod, "shim"),
         "serving the migration API",
         year,
     );
