@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::super::fixtures::{Expect, Scenario, context};
 use super::super::vms::reconcile;
-use super::{address, cordoned, network, node, vm};
+use super::{address, cordoned, network, node, pod, token_secret, vm};
 use crate::api::{Address, VirtualMachine, VmPhase};
 
 const VMS: &str = "/apis/roam.dev/v1alpha1/namespaces/ns/virtualmachines";
@@ -250,7 +250,6 @@ async fn migrate_to_auto_picks_a_node_that_fits_or_refuses_with_the_reasons() {
 #[tokio::test]
 async fn a_deleted_vm_is_torn_down_on_its_node_before_it_goes() {
     use super::super::fixtures::{FakeShim, shim_status};
-    use super::{pod, token_secret};
     use roam_shim_api::api::DomainState;
 
     let shim = FakeShim::start(
@@ -456,4 +455,147 @@ fn ready(
         .iter()
         .find(|c| c.type_ == "Ready")
         .expect("Ready")
+}
+
+/// [`super::super::fixtures::config`] with the privilege split on.
+fn with_runners() -> crate::controller::Config {
+    let mut c = super::super::fixtures::config();
+    c.vm.runners = Some(crate::core::launcher::RunnerConfig {
+        namespace: "roam-system".into(),
+        kubelet_root: "/var/lib/kubelet".into(),
+    });
+    c
+}
+
+/// With runners: the unprivileged launcher pod in the VM's namespace first, then its runner
+/// in roam-system, bound to the pod's UID; then the sweep finds the runner's pod alive.
+#[tokio::test]
+async fn with_runners_a_new_vm_gets_an_unprivileged_launcher_pod_then_its_runner() {
+    let (ctx, api) = super::super::fixtures::context_with(
+        with_runners(),
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a"],
+        &[],
+    );
+    api.put(&node("node-a", "127.0.0.1"));
+    let mut v = vm();
+    v.spec.node = Some("node-a".into());
+    api.put(&v);
+    let runner = crate::core::launcher::runner_name("ns", "demo-launcher");
+    let runners = "/api/v1/namespaces/roam-system/pods";
+    api.expect(Scenario::Steps(vec![
+        Expect::patch(format!("{VMS}/demo?")),
+        Expect::get("/api/v1/nodes/node-a"),
+        Expect::post("/apis/roam.dev/v1alpha1/addresses?"),
+        Expect::get("/apis/roam.dev/v1alpha1/virtualmachines?"),
+        Expect::get("/api/v1/namespaces/roam-system/secrets/roam-shim-token-vm-uid"),
+        Expect::post("/api/v1/namespaces/roam-system/secrets?"),
+        Expect::get("/api/v1/namespaces/ns/pods/demo-launcher"),
+        Expect::post("/api/v1/namespaces/ns/pods?").with(json!({
+            "metadata": {"name": "demo-launcher", "labels": {"roam.dev/launcher": "true"}},
+            "spec": {"nodeName": "node-a",
+                     "securityContext": {"runAsNonRoot": true,
+                                         "seccompProfile": {"type": "RuntimeDefault"}}},
+        })),
+        Expect::get(format!("{runners}/{runner}")),
+        Expect::post(format!("{runners}?")).with(json!({
+            "metadata": {"name": runner, "labels": {"roam.dev/runner": "true",
+                                                    "roam.dev/vm-uid": "vm-uid"},
+                         "annotations": {"roam.dev/launcher": "ns/demo-launcher",
+                                         "roam.dev/vm": "ns/demo"}},
+            "spec": {"nodeName": "node-a", "hostNetwork": true},
+        })),
+        Expect::get(format!(
+            "{runners}?&labelSelector=roam.dev%2Fvm-uid%3Dvm-uid"
+        )),
+        Expect::get("/api/v1/namespaces/ns/pods/demo-launcher"),
+        Expect::patch(format!("{VMS}/demo/status?")).with(json!({
+            "status": {"phase": "Starting", "node": "node-a", "pod": "demo-launcher"},
+        })),
+    ]));
+    reconcile(Arc::new(v), ctx.clone())
+        .await
+        .expect("reconcile");
+    let bodies = api.done().await;
+    assert!(
+        bodies[7]["spec"]["hostNetwork"].is_null(),
+        "the launcher pod is not host-networked: {}",
+        bodies[7]
+    );
+    let launcher: k8s_openapi::api::core::v1::Pod = api
+        .get("/api/v1/namespaces/ns/pods/demo-launcher")
+        .expect("the launcher pod");
+    let stored: k8s_openapi::api::core::v1::Pod =
+        api.get(&format!("{runners}/{runner}")).expect("the runner");
+    assert_eq!(
+        stored.annotations().get("roam.dev/launcher-uid"),
+        launcher.metadata.uid.as_ref(),
+        "the runner is this very pod's"
+    );
+}
+
+/// With runners, a deleted VM whose launcher pod is gone is held until its runner is gone too:
+/// the teardown deletes the runner, then lets the VM go.
+#[tokio::test]
+async fn with_runners_a_deleted_vm_waits_for_its_runner_to_go() {
+    let (ctx, api) = super::super::fixtures::context_with(
+        with_runners(),
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a"],
+        &[],
+    );
+    api.put(&token_secret());
+    let mut v = vm();
+    v.metadata.finalizers = Some(vec!["roam.dev/teardown".into()]);
+    v.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+    ));
+    api.put(&v);
+    let runner = crate::core::launcher::runner_name("ns", "demo-launcher");
+    let mut r = pod(
+        &runner,
+        "node-a",
+        json!({
+        "roam.dev/launcher": "ns/demo-launcher", "roam.dev/launcher-uid": "gone-uid",
+        "roam.dev/vm": "ns/demo"}),
+    );
+    r.metadata.namespace = Some("roam-system".into());
+    r.metadata.labels = Some(
+        [
+            ("roam.dev/runner".to_string(), "true".to_string()),
+            ("roam.dev/vm-uid".to_string(), "vm-uid".to_string()),
+        ]
+        .into(),
+    );
+    api.put(&r);
+    let pods_of_vm = "/api/v1/namespaces/ns/pods?&labelSelector=roam.dev%2Fvm%3Ddemo";
+    let runners_of_vm =
+        "/api/v1/namespaces/roam-system/pods?&labelSelector=roam.dev%2Fvm-uid%3Dvm-uid";
+    api.expect(Scenario::Steps(vec![
+        Expect::get(pods_of_vm),
+        Expect::get(runners_of_vm),
+        Expect::get("/api/v1/namespaces/ns/pods/demo-launcher"),
+        Expect::delete(format!("/api/v1/namespaces/roam-system/pods/{runner}?")),
+        Expect::patch(format!("{VMS}/demo/status?")).with(json!({
+            "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Deleting"}]},
+        })),
+    ]));
+    reconcile(Arc::new(v), ctx.clone())
+        .await
+        .expect("reconcile");
+    api.done().await;
+    let v = api
+        .get::<VirtualMachine>(&format!("{VMS}/demo"))
+        .expect("still held");
+    let token = "/api/v1/namespaces/roam-system/secrets/roam-shim-token-vm-uid";
+    api.expect(Scenario::Steps(vec![
+        Expect::get(pods_of_vm),
+        Expect::get(runners_of_vm),
+        Expect::delete(format!("{token}?")),
+        Expect::patch(format!("{VMS}/demo?")).with(json!({"metadata": {"finalizers": []}})),
+    ]));
+    reconcile(Arc::new(v), ctx.clone())
+        .await
+        .expect("reconcile");
+    api.done().await;
 }
