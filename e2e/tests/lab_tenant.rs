@@ -3,7 +3,7 @@
 //! server with its own token. It creates a VM, migrates it and deletes it (all allowed);
 //! a VM booting from a host path is refused with the reason; a pod it labels as the VM's and
 //! annotates with the VM's address gets an address of its own and takes nothing from the
-//! VM; roam's Secrets (the CA, the shims' tokens) are out of its reach. The VM's launcher pod
+//! VM, nor does one that also poses as the VM's launcher pod (no network at all); roam's Secrets (the CA, the shims' tokens) are out of its reach. The VM's launcher pod
 //! in its namespace is unprivileged (no privileged container, host path or host network): an
 //! `exec` into it is user nobody with no capability, and the runner that runs the VM, in
 //! roam-system, is out of the tenant's reach (exec, get).
@@ -295,6 +295,42 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
         (Some(format!("{NS}/t1").as_str()), Some("node-b")),
         "{a}"
     );
+
+    // the same forgery on a pod that also claims to be t1's launcher (the launcher label and
+    // t1 as its controlling owner): roam takes it for a launcher, and roam-cni gives a
+    // launcher pod no network (the VM's addresses are only on its runner's taps)
+    let t1_uid = get(&lab, &["-n", NS, "get", "vm", "t1"]).expect("t1")["metadata"]["uid"]
+        .as_str()
+        .expect("t1's UID")
+        .to_string();
+    let mut impostor = roam_e2e::sleeper_pod(NS, "impostor", "node-b");
+    impostor["metadata"]["labels"] = json!({"roam.dev/vm": "t1", "roam.dev/launcher": "true"});
+    impostor["metadata"]["annotations"] = json!({"roam.dev/addresses": stolen});
+    impostor["metadata"]["ownerReferences"] = json!([{"apiVersion": "roam.dev/v1alpha1",
+        "kind": "VirtualMachine", "name": "t1", "uid": t1_uid, "controller": true}]);
+    impostor["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("priorityClassName");
+    create_as_tenant(&lab, &kc, &impostor).expect("the tenant creates the impostor");
+    let pod_ip = wait_until(LONG, "the impostor Running", || {
+        let p = get(&lab, &["-n", NS, "get", "pod", "impostor"])?;
+        (p["status"]["phase"] == "Running")
+            .then(|| p["status"]["podIP"].as_str().map(String::from))?
+    });
+    assert_eq!(
+        pod_ip,
+        roam_cni::result::ISOLATED_IP.to_string(),
+        "isolated, not the VM's {ip}"
+    );
+    let a = get(&lab, &["get", "address", &address]).expect("t1's Address");
+    assert_eq!(
+        (a["spec"]["owner"].as_str(), a["spec"]["host"].as_str()),
+        (Some(format!("{NS}/t1").as_str()), Some("node-b")),
+        "{a}"
+    );
+    let v = get(&lab, &["-n", NS, "get", "vm", "t1"]).expect("t1");
+    assert_eq!(v["status"]["phase"], "Running", "t1 runs on: {v}");
 
     // roam's Secrets: out of reach
     for args in [

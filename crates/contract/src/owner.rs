@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::keys::VM_LABEL;
+use crate::keys::{LAUNCHER_LABEL, VM_LABEL};
 
 /// The owner key of VirtualMachine `namespace/vm`.
 pub fn vm_owner(namespace: &str, vm: &str) -> String {
@@ -72,19 +72,23 @@ pub fn refs_of(
 
 /// The owner key of pod `namespace/name` with `labels` and `owners` (its ownerReferences):
 /// the VirtualMachine its [`VM_LABEL`] names (a VM's launcher pods — both of a migration —
-/// share it) when that VM of the pod's own namespace is also the pod's controlling
-/// ownerReference, as on the launcher pods roam-controller creates; else the pod itself.
-/// A label alone, an annotation, or a value naming another namespace does not make a pod a
-/// VM's.
+/// share it) when the pod is a launcher ([`LAUNCHER_LABEL`] `true`) and that VM of the pod's
+/// own namespace is also its controlling ownerReference, as on the launcher pods
+/// roam-controller creates; else the pod itself. A label alone, an annotation, or a value
+/// naming another namespace does not make a pod a VM's. A pod that forges all of it is a
+/// launcher to roam: roam-cni gives a launcher pod no network (the VM's addresses are only
+/// ever on its runner's taps), so it takes nothing of the VM's.
 pub fn owner_key(
     namespace: &str,
     name: &str,
     labels: &BTreeMap<String, String>,
     owners: &[OwnerRef<'_>],
 ) -> String {
+    let launcher = labels.get(LAUNCHER_LABEL).map(String::as_str) == Some("true");
     match labels.get(VM_LABEL) {
         Some(vm)
-            if !vm.is_empty()
+            if launcher
+                && !vm.is_empty()
                 && !vm.contains('/')
                 && owners.iter().any(|o| o.controls_as_vm(vm)) =>
         {
@@ -99,7 +103,11 @@ mod tests {
     use super::*;
 
     fn labelled(vm: &str) -> BTreeMap<String, String> {
-        [(VM_LABEL.into(), vm.into())].into()
+        [
+            (VM_LABEL.into(), vm.into()),
+            (LAUNCHER_LABEL.into(), "true".into()),
+        ]
+        .into()
     }
 
     fn vm_ref(name: &str) -> OwnerRef<'_> {
@@ -154,6 +162,19 @@ mod tests {
         ] {
             assert_eq!(owner_key("ns", "p", &vm, &[r]), "ns:p", "{r:?}");
         }
+    }
+
+    #[test]
+    fn only_a_launcher_pod_is_its_vms() {
+        let vm_only: BTreeMap<String, String> = [(VM_LABEL.into(), "vm1".into())].into();
+        assert_eq!(
+            owner_key("ns", "p", &vm_only, &[vm_ref("vm1")]),
+            "ns:p",
+            "the VM's label and reference on a pod that is not a launcher"
+        );
+        let mut not_true = labelled("vm1");
+        not_true.insert(LAUNCHER_LABEL.into(), "yes".into());
+        assert_eq!(owner_key("ns", "p", &not_true, &[vm_ref("vm1")]), "ns:p");
     }
 
     #[test]
