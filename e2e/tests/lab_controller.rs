@@ -510,112 +510,28 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
         cli_ns.ping_once(&web_ip).then_some(())
     });
 
-    // a VM's second launcher pod (a migration's target) shares the VM's address; it moves
-    // to the target when the source pod is gone: same IP, MAC and port. The two pods stand
-    // for launchers: the VM's label and the VM as their controlling ownerReference (the VM
-    // object itself has a relative kernel path, so every controller refuses it and creates
-    // no launcher of its own). A pod with the label alone is its own owner.
+    // a pod with a VM's label is not the VM's: only a launcher pod is (the launcher label
+    // and the VM as its controlling ownerReference), and a VM's launcher pods are the VM
+    // controller's, which claims the VM's address before creating them (lab_vm follows that
+    // address across a migration; lab_tenant shows a forged launcher takes nothing). A pod
+    // with the VM's label alone is its own owner.
     create(
         &lab,
         "create",
-        &[
-            json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
-                 "metadata": {"name": "vm1", "namespace": ns},
-                 "spec": {"cpu": 1, "memoryMiB": 256,
-                          "boot": {"kernel": {"kernel": "never-booted"}}}}),
-        ],
-    );
-    let vm_uid = get_json(&lab, &["-n", ns, "get", "vm", "vm1"])["metadata"]["uid"]
-        .as_str()
-        .expect("the VM's uid")
-        .to_string();
-    let vm = json!({"roam.dev/vm": "vm1"});
-    let launcher = |name: &str, node: &str| {
-        let mut p = pod(ns, name, node, json!({}), vm.clone());
-        p["metadata"]["ownerReferences"] = json!([{
-            "apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine", "name": "vm1",
-            "uid": vm_uid, "controller": true}]);
-        p
-    };
-    create(
-        &lab,
-        "create",
-        &[
-            launcher("vm1-src", "node-a"),
-            pod(ns, "vm1-label-only", "node-a", json!({}), vm.clone()),
-        ],
+        &[pod(
+            ns,
+            "vm1-label-only",
+            "node-a",
+            json!({}),
+            json!({"roam.dev/vm": "vm1"}),
+        )],
     );
     let label_only = wait_published(&lab, &c2, ns, "vm1-label-only");
+    let label_only_ip = label_only["ip"].as_str().unwrap().to_string();
     assert_eq!(
         address(&lab, label_only["address"].as_str().unwrap()).unwrap()["spec"]["owner"],
         "h5-life:vm1-label-only",
         "a label without the VM's ownerReference does not make a pod the VM's"
-    );
-    let src = wait_published(&lab, &c2, ns, "vm1-src");
-    let vm_ip = src["ip"].as_str().unwrap().to_string();
-    let vm_addr = src["address"].as_str().unwrap().to_string();
-    assert_eq!(
-        address(&lab, &vm_addr).unwrap()["spec"]["owner"],
-        "h5-life/vm1"
-    );
-    // a VM's address is a mobile port: one port bound where the VM runs, its /32 on the
-    // fabric toward the mobile switch, wherever that is
-    let vm_port = src["port"].as_str().unwrap().to_string();
-    assert_eq!(vm_port, vm_addr, "one port name on every node");
-    let bound_to = |node: &str| {
-        lsp(&lab, &vm_port).is_some_and(|(_, opts)| {
-            opts.contains(&format!("requested-chassis={node}"))
-                && !opts.contains("activation-strategy")
-        })
-    };
-    wait_until(LONG, "vm1's port bound to node-a", || {
-        bound_to("node-a").then_some(())
-    });
-    assert_eq!(
-        fabric_hop(&lab, net, &vm_ip).as_deref(),
-        Some(vm_ip.as_str())
-    );
-    create(&lab, "create", &[launcher("vm1-dst", "node-b")]);
-    wait_until(LONG, "vm1-dst waits for the source", || {
-        c2.log_text()
-            .contains("waiting for the owner's other pod")
-            .then_some(())
-    });
-    assert!(
-        published(&lab, ns, "vm1-dst").is_none(),
-        "not published while the source holds the address"
-    );
-    kubectl(
-        &lab,
-        &[
-            "-n",
-            ns,
-            "delete",
-            "pod",
-            "vm1-src",
-            "--grace-period=0",
-            "--force",
-        ],
-    );
-    let dst = wait_published(&lab, &c2, ns, "vm1-dst");
-    assert_eq!(
-        (dst["ip"].clone(), dst["mac"].clone()),
-        (src["ip"].clone(), src["mac"].clone())
-    );
-    wait_until(LONG, "vm1's port bound to node-b", || {
-        bound_to("node-b").then_some(())
-    });
-    assert_eq!(
-        fabric_hop(&lab, net, &vm_ip).as_deref(),
-        Some(vm_ip.as_str()),
-        "the route did not move"
-    );
-    assert_eq!(dst["port"], vm_port.as_str());
-    let a = address(&lab, &vm_addr).unwrap();
-    assert_eq!(
-        (a["spec"]["host"].as_str(), a["spec"]["deleted"].as_bool()),
-        (Some("node-b"), Some(false)),
-        "never soft-deleted: its owner lived on"
     );
 
     // a second candidate waits while c2 leads, and takes over when c2 dies
@@ -645,10 +561,10 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
     let live_ports = [
         web2["port"].as_str().unwrap().to_string(),
         cli["port"].as_str().unwrap().to_string(),
-        dst["port"].as_str().unwrap().to_string(),
+        label_only["port"].as_str().unwrap().to_string(),
     ];
     let rows_before: Vec<String> = live_ports.iter().map(|p| lsp_uuid(&lab, p)).collect();
-    let routes_before = route_uuids(&lab, &[&web_ip, &vm_ip]);
+    let routes_before = route_uuids(&lab, &[&web_ip, &label_only_ip]);
     drop(c2);
     wait_until(LONG, "c3 leads after c2 died", || {
         (lease_holder(&lab, ns, "h5-life-ctl").as_deref() == Some("h5-life-c3")).then_some(())
@@ -695,7 +611,7 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
         c3.log_tail(40)
     );
     assert_eq!(
-        route_uuids(&lab, &[&web_ip, &vm_ip]),
+        route_uuids(&lab, &[&web_ip, &label_only_ip]),
         routes_before,
         "the live routes were replaced at the leader change; c3's log:\n{}",
         c3.log_tail(40)

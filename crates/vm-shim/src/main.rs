@@ -131,6 +131,10 @@ fn exec_libvirtd(args: &[String]) -> anyhow::Result<()> {
     Err(anyhow::Error::new(err).context(format!("exec {}", a.libvirtd.display())))
 }
 
+/// How long a shim that lost libvirtd waits for the SIGTERM of its pod's deletion before it
+/// exits to be restarted.
+const TERM_AFTER_LOST: std::time::Duration = std::time::Duration::from_secs(2);
+
 async fn run(cfg: config::ShimConfig) -> anyhow::Result<()> {
     let listen = cfg.listen;
     let listener = tokio::net::TcpListener::bind(listen)
@@ -150,11 +154,23 @@ async fn run(cfg: config::ShimConfig) -> anyhow::Result<()> {
     let _ = stop_tx.send(true);
     let _ = server.await;
     if lost {
-        // nothing to clean up without libvirt; a restarted shim re-attaches
-        anyhow::bail!(
+        // a pod's deletion stops libvirtd and the shim together: libvirtd, quicker, may go
+        // first. A SIGTERM right behind the lost connection is that shutdown, whose taps must
+        // not be left behind; without one, exit so that the shim is restarted (and re-attaches)
+        let term_follows = tokio::time::timeout(TERM_AFTER_LOST, async {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        })
+        .await
+        .is_ok();
+        anyhow::ensure!(
+            term_follows,
             "lost the connection to libvirtd ({}): exiting so that the shim is restarted",
             shim.config().libvirt_uri
         );
+        tracing::info!("libvirtd went, then SIGTERM: shutting down");
     }
     shim.shutdown().await;
     Ok(())

@@ -39,6 +39,25 @@ pub async fn link_index(name: &str) -> Result<Option<u32>> {
     }
 }
 
+/// Whether a process holds the tap `name` open (QEMU, while it runs the VM here): the kernel
+/// gives a tap its carrier when a descriptor attaches and takes it away when the last one
+/// closes. `None`: no such interface.
+pub async fn tap_held(name: &str) -> Result<Option<bool>> {
+    let handle = rtnl().await?;
+    let mut links = handle.link().get().match_name(name.to_string()).execute();
+    match links.try_next().await {
+        Ok(Some(msg)) => Ok(Some(msg.attributes.iter().any(|a| {
+            matches!(
+                a,
+                rtnetlink::packet_route::link::LinkAttribute::Carrier(c) if *c != 0
+            )
+        }))),
+        Ok(None) => Ok(None),
+        Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENODEV => Ok(None),
+        Err(e) => Err(Error::plumbing(format!("look up interface {name}"), e)),
+    }
+}
+
 /// Create the tap `name` (unless it exists) and bring it up with MTU [`TAP_MTU`].
 pub async fn ensure_tap(name: &str) -> Result<()> {
     let index = match link_index(name).await? {
@@ -245,4 +264,40 @@ pub async fn remove_ovs_port(db: &str, bridge: &str, port: &str) -> Result<()> {
         return Err(Error::plumbing(what(), err));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// How [`tap_held`] tells a tap QEMU still uses from one nothing uses any more, on real
+    /// taps in a network namespace of the test's own (needs root, as CI runs it).
+    #[test]
+    fn a_tap_is_held_only_while_a_descriptor_is_attached() {
+        std::thread::spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                .expect("a network namespace of the test's own (run the tests as root)");
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                assert_eq!(tap_held("roamt0").await.unwrap(), None, "no tap yet");
+                sys::create_persistent_tap("roamt0").unwrap();
+                assert_eq!(
+                    tap_held("roamt0").await.unwrap(),
+                    Some(false),
+                    "made, not held"
+                );
+                let qemu = sys::open_tap("roamt0").unwrap();
+                assert_eq!(tap_held("roamt0").await.unwrap(), Some(true), "held");
+                drop(qemu);
+                assert_eq!(tap_held("roamt0").await.unwrap(), Some(false), "let go");
+                remove_tap("roamt0").await.unwrap();
+                assert_eq!(tap_held("roamt0").await.unwrap(), None, "removed");
+            });
+        })
+        .join()
+        .expect("the test thread");
+    }
 }

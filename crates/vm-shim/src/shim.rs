@@ -1015,8 +1015,10 @@ impl Shim {
         let _ = rx.wait_for(|lost| *lost).await;
     }
 
-    /// Graceful shutdown: the domain keeps running; the tap and OVS port go only when no
-    /// domain of the VM's name is on this node.
+    /// Graceful shutdown: the domain keeps running; a tap and its OVS port go only when no
+    /// domain of the VM's name is on this node and no process holds the tap (libvirtd may
+    /// be gone already — a pod's deletion stops it with the shim — and cannot say whether
+    /// QEMU still runs; the tap's carrier can).
     pub async fn shutdown(&self) {
         if let Some(job) = self.job()
             && !job.state.is_final()
@@ -1026,20 +1028,33 @@ impl Shim {
                 "shutting down during a migration: the source libvirtd keeps driving it (peer-to-peer)"
             );
         }
-        if self.domain().await.is_none() {
-            let cfg = &self.inner.cfg;
-            for (tap, _) in cfg.plumbing() {
-                if let Err(e) = net::remove_ovs_port(&cfg.ovs_db, &cfg.bridge, tap).await {
-                    tracing::warn!("{e}");
+        if self.domain().await.is_some() {
+            tracing::info!(vm = %self.name(), "the domain keeps running");
+            return;
+        }
+        let cfg = &self.inner.cfg;
+        let mut removed = Vec::new();
+        for (tap, _) in cfg.plumbing() {
+            match net::tap_held(tap).await {
+                Ok(Some(true)) => {
+                    tracing::warn!(vm = %self.name(), %tap, "no domain seen here, but a process holds the tap (QEMU without its libvirtd?): kept with its OVS port");
+                    continue;
                 }
-                if let Err(e) = net::remove_tap(tap).await {
-                    tracing::warn!("{e}");
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!("{e}: the tap is kept");
+                    continue;
                 }
             }
-            tracing::info!(vm = %self.name(), "no domain here: removed the taps and their OVS ports");
-        } else {
-            tracing::info!(vm = %self.name(), "the domain keeps running");
+            if let Err(e) = net::remove_ovs_port(&cfg.ovs_db, &cfg.bridge, tap).await {
+                tracing::warn!("{e}");
+            }
+            match net::remove_tap(tap).await {
+                Ok(()) => removed.push(tap.to_string()),
+                Err(e) => tracing::warn!("{e}"),
+            }
         }
+        tracing::info!(vm = %self.name(), ?removed, "no domain here: removed the unused taps and their OVS ports");
     }
 
     fn refuse_if_torn_down(&self) -> Result<()> {

@@ -336,6 +336,19 @@ const TUNSETPERSIST: c_ulong = 0x4004_54cb;
 /// tap`) in the calling thread's network namespace. Fails with `EBUSY` when a tap of that
 /// name is open, `EINVAL`/`EEXIST` when another kind of device has the name.
 pub fn create_persistent_tap(name: &str) -> std::io::Result<()> {
+    let tun = open_tap(name)?;
+    // SAFETY: `tun` is attached to the tap; TUNSETPERSIST takes an integer argument by value.
+    if unsafe { libc::ioctl(tun.as_raw_fd(), TUNSETPERSIST as _, 1 as c_ulong) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // closing `tun` leaves the persistent tap behind for QEMU to open by name
+    Ok(())
+}
+
+/// A descriptor attached to the tap `name` (`IFF_TAP | IFF_NO_PI`), as QEMU opens it:
+/// created in the calling thread's network namespace if missing, gone with the descriptor
+/// unless made persistent.
+pub fn open_tap(name: &str) -> std::io::Result<std::fs::File> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -365,13 +378,7 @@ pub fn create_persistent_tap(name: &str) -> std::io::Result<()> {
     {
         return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: same descriptor, now attached to the tap; TUNSETPERSIST takes an integer
-    // argument by value.
-    if unsafe { libc::ioctl(tun.as_raw_fd(), TUNSETPERSIST as _, 1 as c_ulong) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // closing `tun` leaves the persistent tap behind for QEMU to open by name
-    Ok(())
+    Ok(tun)
 }
 
 /// The domain's job statistics (`virDomainGetJobStats`). Replaces `virt` 0.5's
