@@ -340,6 +340,45 @@ pub struct Crash {
     restarts: u64,
 }
 
+/// The installed controller stopped by [`Installed::stop`], started again on drop.
+pub struct Stopped {
+    installed: Installed,
+    replicas: u64,
+    started: bool,
+}
+
+impl Stopped {
+    /// Scale the Deployment back and wait until one of its pods leads.
+    pub fn start(mut self) {
+        self.scale_back();
+    }
+
+    fn scale_back(&mut self) {
+        if std::mem::replace(&mut self.started, true) {
+            return;
+        }
+        let n = format!("--replicas={}", self.replicas);
+        self.installed
+            .kubectl(&["scale", &format!("deploy/{DEPLOYMENT}"), &n])
+            .unwrap_or_else(|e| panic!("kubectl scale {n}: {e}"));
+        self.installed.wait_rolled_out();
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.scale_back();
+        } else if !self.started {
+            // after a failure: put it back, without waiting or panicking again
+            let n = format!("--replicas={}", self.replicas);
+            let _ = self
+                .installed
+                .kubectl(&["scale", &format!("deploy/{DEPLOYMENT}"), &n]);
+        }
+    }
+}
+
 /// The installation's namespace, Deployment and Lease.
 const INSTALLED_NAMESPACE: &str = "roam-system";
 const DEPLOYMENT: &str = "roam-controller";
@@ -454,6 +493,30 @@ impl Installed {
         self.kubectl(&["rollout", "restart", &format!("deploy/{DEPLOYMENT}")])
             .unwrap_or_else(|e| panic!("kubectl rollout restart: {e}"));
         self.wait_rolled_out();
+    }
+
+    /// Stop the controller (its Deployment scaled to 0) and wait until none of its pods is
+    /// left; the guard scales it back to its replicas and waits until a pod leads again,
+    /// when dropped (also after a failure) or by [`Stopped::start`].
+    pub fn stop(&self) -> Stopped {
+        let replicas = self
+            .kubectl_json(&["get", &format!("deploy/{DEPLOYMENT}")])
+            .and_then(|d| d["spec"]["replicas"].as_u64())
+            .unwrap_or_else(|| panic!("the Deployment's replicas\n{}", self.describe()));
+        self.kubectl(&["scale", &format!("deploy/{DEPLOYMENT}"), "--replicas=0"])
+            .unwrap_or_else(|e| panic!("kubectl scale --replicas=0: {e}"));
+        let stopped = Stopped {
+            installed: self.clone(),
+            replicas,
+            started: false,
+        };
+        crate::lab::wait_until_else(
+            Duration::from_secs(120),
+            "the controller's pods to be gone",
+            || self.pods().is_empty().then_some(()),
+            || self.describe(),
+        );
+        stopped
     }
 
     /// Wait until the Deployment's rollout is complete (its old pods gone) and one of its

@@ -89,7 +89,9 @@ fn vms_go_where_the_schedulers_constraints_allow() {
     );
     let (a, b, c) = (nodes[0].as_str(), nodes[1].as_str(), nodes[2].as_str());
     let mut cleanup = VmCleanup::new(&lab).namespace(NS).network(NET);
-    for name in ["p9vm1", "p9vm2", "p9vm3", "p9vm4", "p9vm5", "p9vm6"] {
+    for name in [
+        "p9vm1", "p9vm2", "p9vm3", "p9vm4", "p9vm5", "p9vm6", "p9vm7",
+    ] {
         let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/{name}"));
         cleanup = cleanup.vm(&format!("{NS}_{name}"), &[&tap]);
     }
@@ -263,10 +265,99 @@ fn vms_go_where_the_schedulers_constraints_allow() {
     // refused before anything was made: no finalizer holds it
     kubectl(&lab, &["-n", NS, "delete", "vm", "p9vm5"]);
 
+    vm_removed_without_its_teardown_leaves_nothing(&lab, &ctl, c, &kernel, &initrd);
+
     deleted_vms_leave_nothing_on_any_node(
         &lab,
         &ctl,
         &["p9vm1", "p9vm2", "p9vm3", "p9vm4", "p9vm6"],
+    );
+}
+
+/// A running VM removed without its teardown, while the controller is down (its finalizer
+/// patched away, then deleted): the garbage collector deletes its launcher pod, and the
+/// controller, back, deletes the runner that pod leaves in roam-system (there is no VM left
+/// to sweep it); the runner's shim removes the tap and OVS port once QEMU has let go of
+/// them. Nothing of the VM is left on any node.
+fn vm_removed_without_its_teardown_leaves_nothing(
+    lab: &Lab,
+    ctl: &Installed,
+    node: &str,
+    kernel: &str,
+    initrd: &str,
+) {
+    let name = "p9vm7";
+    roam_e2e::kubectl_manifest(
+        lab,
+        "create",
+        &vm(name, json!({"node": node}), kernel, initrd),
+    )
+    .expect("create p9vm7");
+    assert_eq!(running_on(lab, name), node, "{}", ctl.log_tail(30));
+    let runners = roam_e2e::launcher_pods_running(lab, NS, name);
+    assert!(
+        runners
+            .iter()
+            .any(|p| p["metadata"]["namespace"] == roam_e2e::RUNNER_NAMESPACE),
+        "p9vm7 runs in a runner: {runners:?}"
+    );
+    let stopped = ctl.stop();
+    kubectl(
+        lab,
+        &[
+            "-n",
+            NS,
+            "patch",
+            "vm",
+            name,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+    );
+    kubectl(lab, &["-n", NS, "delete", "vm", name]);
+    wait_until(
+        LONG,
+        "p9vm7's launcher pod deleted by the garbage collector",
+        || {
+            get(
+                lab,
+                &["-n", NS, "get", "pod", "-l", &format!("roam.dev/vm={name}")],
+            )
+            .is_some_and(|l| l["items"].as_array().is_some_and(|i| i.is_empty()))
+            .then_some(())
+        },
+    );
+    assert!(
+        !roam_e2e::launcher_pods_running(lab, NS, name).is_empty(),
+        "the runner is still there while the controller is down"
+    );
+    stopped.start();
+    let domain = format!("{NS}_{name}");
+    let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/{name}"));
+    let nd = lab.node(node);
+    roam_e2e::wait_until_else(
+        LONG,
+        "p9vm7's runner, QEMU, tap and OVS port gone",
+        || {
+            let ports = roam_e2e::run(
+                "ovs-vsctl",
+                &[&format!("--db={}", nd.ovs_db), "list-ports", "br-int"],
+            );
+            (roam_e2e::launcher_pods_running(lab, NS, name).is_empty()
+                && !qemu_of(&domain)
+                && try_run("ip", &["-n", &nd.netns, "link", "show", &tap]).is_err()
+                && !ports.lines().any(|p| p == tap))
+            .then_some(())
+        },
+        || {
+            format!(
+                "runners: {:?}\nQEMU running: {}\ncontroller:\n{}",
+                roam_e2e::launcher_pods_running(lab, NS, name),
+                qemu_of(&domain),
+                ctl.log_tail(30)
+            )
+        },
     );
 }
 

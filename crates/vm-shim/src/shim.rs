@@ -1015,10 +1015,11 @@ impl Shim {
         let _ = rx.wait_for(|lost| *lost).await;
     }
 
-    /// Graceful shutdown: the domain keeps running; a tap and its OVS port go only when no
-    /// domain of the VM's name is on this node and no process holds the tap (libvirtd may
-    /// be gone already — a pod's deletion stops it with the shim — and cannot say whether
-    /// QEMU still runs; the tap's carrier can).
+    /// Graceful shutdown: a domain that stays running ([`DOMAIN_GOES`]) keeps its taps; a
+    /// tap and its OVS port go when no domain of the VM's name is on this node (any more)
+    /// and no process holds the tap ([`TAP_RELEASE`]): libvirtd may be gone already — a
+    /// pod's deletion stops it with the shim — and cannot say whether QEMU still runs; the
+    /// tap's carrier can.
     pub async fn shutdown(&self) {
         if let Some(job) = self.job()
             && !job.state.is_final()
@@ -1028,16 +1029,23 @@ impl Shim {
                 "shutting down during a migration: the source libvirtd keeps driving it (peer-to-peer)"
             );
         }
-        if self.domain().await.is_some() {
-            tracing::info!(vm = %self.name(), "the domain keeps running");
-            return;
+        // a pod's deletion stops libvirtd, and QEMU with it, together with the shim: the
+        // domain goes, and so must the taps. A shim stopped alone (its container restarted)
+        // sees the domain stay, and leaves it running
+        let deadline = tokio::time::Instant::now() + DOMAIN_GOES;
+        while self.domain().await.is_some() {
+            if tokio::time::Instant::now() >= deadline {
+                tracing::info!(vm = %self.name(), "the domain keeps running");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let cfg = &self.inner.cfg;
         let mut removed = Vec::new();
         for (tap, _) in cfg.plumbing() {
-            match net::tap_held(tap).await {
+            match released(tap).await {
                 Ok(Some(true)) => {
-                    tracing::warn!(vm = %self.name(), %tap, "no domain seen here, but a process holds the tap (QEMU without its libvirtd?): kept with its OVS port");
+                    tracing::warn!(vm = %self.name(), %tap, "no domain seen here, but a process still holds the tap {TAP_RELEASE:?} on (QEMU without its libvirtd?): kept with its OVS port");
                     continue;
                 }
                 Ok(_) => {}
@@ -1147,6 +1155,25 @@ fn write_state(cfg: &ShimConfig, p: &Persisted) -> Result<()> {
     };
     std::fs::write(&tmp, serde_json::to_vec(p).expect("plain data serializes")).map_err(io)?;
     std::fs::rename(&tmp, &cfg.state_file).map_err(io)
+}
+
+/// How long a shutting-down shim watches whether its domain (or its libvirtd) goes too.
+const DOMAIN_GOES: Duration = Duration::from_secs(5);
+
+/// How long a shutting-down shim waits for a tap to be let go: a pod's deletion stops the
+/// QEMU of a VM whose libvirtd is gone (removed without its teardown) with the shim.
+const TAP_RELEASE: Duration = Duration::from_secs(10);
+
+/// [`net::tap_held`] once nothing holds tap `name`, or when [`TAP_RELEASE`] has passed.
+async fn released(name: &str) -> Result<Option<bool>> {
+    let deadline = tokio::time::Instant::now() + TAP_RELEASE;
+    loop {
+        let held = net::tap_held(name).await?;
+        if held != Some(true) || tokio::time::Instant::now() >= deadline {
+            return Ok(held);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[cfg(test)]

@@ -5,17 +5,25 @@
 //!
 //! A runner belongs to one launcher pod (its UID, [`runner_of`]): made once the pod exists
 //! (for a VM on a volume, once the pod runs, so that the kubelet has mounted the volume),
-//! made again if it goes, and deleted with its pod or once its pod is gone.
+//! made again if it goes, and deleted with its pod or once its pod is gone: by its VM's
+//! teardown and, whether or not the VM still exists, by the runners' own controller ([`run`]).
 
+use std::sync::Arc;
+
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
 use kube::{Api, ResourceExt};
 
 use super::Context;
+use super::retry::{Retry, object_key};
 use crate::api::{Boot, VirtualMachine};
 use crate::core::launcher::{
-    LauncherSpec, RUNNER_VM_LABEL, claim_host_dir, launcher_view, pod_running, runner_name,
-    runner_of, runner_pod, vm_key,
+    LAUNCHER_LABEL, LauncherSpec, RUNNER_LABEL, RUNNER_VM_LABEL, claim_host_dir, launcher_view,
+    pod_running, runner_name, runner_of, runner_pod, vm_key,
 };
 use crate::error::{Error, Result};
 
@@ -143,6 +151,17 @@ pub(super) async fn delete(ctx: &Context, ns: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether runner `r`'s launcher pod, that very pod (by UID), still exists.
+async fn launcher_exists(ctx: &Context, r: &Pod) -> Result<bool> {
+    let Some((ns, pod, uid)) = runner_of(r) else {
+        return Ok(false);
+    };
+    Ok(Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&pod)
+        .await?
+        .is_some_and(|p| p.metadata.uid.as_deref() == Some(uid.as_str())))
+}
+
 /// Delete the runners of `vm` whose launcher pod is gone (or was replaced by another of the
 /// same name); how many of its runners are left. 0 without runners.
 pub(super) async fn sweep(ctx: &Context, vm: &VirtualMachine) -> Result<usize> {
@@ -154,24 +173,76 @@ pub(super) async fn sweep(ctx: &Context, vm: &VirtualMachine) -> Result<usize> {
         .list(&ListParams::default().labels(&format!("{RUNNER_VM_LABEL}={uid}")))
         .await?
         .items;
-    let mut left = 0;
-    for r in runners {
-        let live = match runner_of(&r) {
-            Some((ns, pod, pod_uid)) => Api::<Pod>::namespaced(ctx.client.clone(), &ns)
-                .get_opt(&pod)
-                .await?
-                .is_some_and(|p| p.metadata.uid.as_deref() == Some(pod_uid.as_str())),
-            None => false,
-        };
-        if live {
-            left += 1;
-        } else if r.metadata.deletion_timestamp.is_none() {
+    for r in &runners {
+        if r.metadata.deletion_timestamp.is_none() && !launcher_exists(ctx, r).await? {
             tracing::info!(vm = %vm_key(vm), runner = %r.name_any(), "its launcher pod is gone: deleting the runner");
             delete_named(&api, &r.name_any()).await?;
-            left += 1;
-        } else {
-            left += 1;
         }
     }
-    Ok(left)
+    Ok(runners.len())
+}
+
+/// The runners' own controller (with runners only): a runner whose launcher pod is gone is
+/// deleted, whether or not its VM still exists — a VM removed without its teardown finalizer
+/// (`kubectl patch` of the finalizers) has no teardown to sweep its runners, but its launcher
+/// pods go with it (the garbage collector) and this finds their runners. A launcher pod's
+/// change (its deletion above all) is its runner's.
+pub(super) async fn run(ctx: Arc<Context>) {
+    let Some(r) = ctx.config.vm.runners.as_ref() else {
+        return;
+    };
+    let runner_ns = r.namespace.clone();
+    let runners: Api<Pod> = Api::namespaced(ctx.client.clone(), &runner_ns);
+    let launchers: Api<Pod> = match &ctx.config.pod_namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let retry = Retry::new("runner_errors");
+    let policy = retry.clone();
+    Controller::new(
+        runners,
+        watcher::Config::default().labels(&format!("{RUNNER_LABEL}=true")),
+    )
+    .watches(
+        launchers,
+        watcher::Config::default().labels(&format!("{LAUNCHER_LABEL}=true")),
+        move |p| {
+            let name = runner_name(&p.namespace()?, &p.name_any());
+            Some(ObjectRef::new(&name).within(&runner_ns))
+        },
+    )
+    .with_config(ControllerConfig::default().concurrency(ctx.config.concurrency))
+    .run(
+        move |r, c| {
+            let retry = retry.clone();
+            async move { retry.outcome(&object_key(&*r), reconcile_runner(r, c).await) }
+        },
+        move |r, e, c| policy.policy(&object_key(&*r), e, &c.metrics),
+        ctx.clone(),
+    )
+    .for_each(|r| async move {
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "runner reconcile");
+        }
+    })
+    .await;
+}
+
+/// Runner `r`: deleted once its launcher pod is gone; left alone while the pod exists, or
+/// when the pod's namespace is another roam-controller's (`--namespace-selector`).
+pub(super) async fn reconcile_runner(r: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
+    if r.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    if let Some((ns, _, _)) = runner_of(&r)
+        && !ctx.in_scope(&ns).await?
+    {
+        return Ok(Action::await_change());
+    }
+    if !launcher_exists(&ctx, &r).await? {
+        let api = runners_api(&ctx).expect("the runners' controller runs with runners");
+        tracing::info!(runner = %r.name_any(), "its launcher pod is gone: deleting the runner");
+        delete_named(&api, &r.name_any()).await?;
+    }
+    Ok(Action::await_change())
 }

@@ -460,6 +460,9 @@ pub async fn run(
     tasks.spawn(ovn::route_flips(ctx.clone(), flips_rx));
     tasks.spawn(pods::run(ctx.clone()));
     tasks.spawn(vms::run(ctx.clone()));
+    if ctx.config.vm.runners.is_some() {
+        tasks.spawn(launchers::run(ctx.clone()));
+    }
     tasks.spawn(migrations::run(ctx.clone()));
     if let Some(pki) = ctx.config.pki.clone() {
         tasks.spawn(certs::run(ctx.clone(), pki));

@@ -6,6 +6,7 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use super::super::fixtures::{Expect, Scenario, context};
+use super::super::launchers::reconcile_runner;
 use super::super::vms::reconcile;
 use super::{address, cordoned, network, node, pod, token_secret, vm};
 use crate::api::{Address, VirtualMachine, VmPhase};
@@ -467,6 +468,27 @@ fn with_runners() -> crate::controller::Config {
     c
 }
 
+/// The runner in roam-system of VM ns/demo's launcher pod `ns/demo-launcher` of UID
+/// `launcher_uid`, on node-a.
+fn runner_of_launcher(launcher_uid: &str) -> k8s_openapi::api::core::v1::Pod {
+    let mut r = pod(
+        &crate::core::launcher::runner_name("ns", "demo-launcher"),
+        "node-a",
+        json!({
+        "roam.dev/launcher": "ns/demo-launcher", "roam.dev/launcher-uid": launcher_uid,
+        "roam.dev/vm": "ns/demo"}),
+    );
+    r.metadata.namespace = Some("roam-system".into());
+    r.metadata.labels = Some(
+        [
+            ("roam.dev/runner".to_string(), "true".to_string()),
+            ("roam.dev/vm-uid".to_string(), "vm-uid".to_string()),
+        ]
+        .into(),
+    );
+    r
+}
+
 /// With runners: the unprivileged launcher pod in the VM's namespace first, then its runner
 /// in roam-system, bound to the pod's UID; then the sweep finds the runner's pod alive.
 #[tokio::test]
@@ -551,22 +573,8 @@ async fn with_runners_a_deleted_vm_waits_for_its_runner_to_go() {
         k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
     ));
     api.put(&v);
-    let runner = crate::core::launcher::runner_name("ns", "demo-launcher");
-    let mut r = pod(
-        &runner,
-        "node-a",
-        json!({
-        "roam.dev/launcher": "ns/demo-launcher", "roam.dev/launcher-uid": "gone-uid",
-        "roam.dev/vm": "ns/demo"}),
-    );
-    r.metadata.namespace = Some("roam-system".into());
-    r.metadata.labels = Some(
-        [
-            ("roam.dev/runner".to_string(), "true".to_string()),
-            ("roam.dev/vm-uid".to_string(), "vm-uid".to_string()),
-        ]
-        .into(),
-    );
+    let r = runner_of_launcher("gone-uid");
+    let runner = r.name_any();
     api.put(&r);
     let pods_of_vm = "/api/v1/namespaces/ns/pods?&labelSelector=roam.dev%2Fvm%3Ddemo";
     let runners_of_vm =
@@ -598,4 +606,47 @@ async fn with_runners_a_deleted_vm_waits_for_its_runner_to_go() {
         .await
         .expect("reconcile");
     api.done().await;
+}
+
+/// The runners' own controller, whatever became of the VM (here: none, as after its
+/// finalizer was patched away): a runner whose launcher pod exists stays; once the pod is
+/// gone, or replaced by another pod of the same name, the runner is deleted.
+#[tokio::test]
+async fn a_runner_goes_once_its_launcher_pod_is_gone_even_without_its_vm() {
+    let (ctx, api) = super::super::fixtures::context_with(with_runners(), &[], &["node-a"], &[]);
+    let r = runner_of_launcher("demo-launcher-uid");
+    let runner = format!("/api/v1/namespaces/roam-system/pods/{}", r.name_any());
+    api.put(&r);
+    let mut launcher = pod("demo-launcher", "node-a", json!({}));
+    launcher.metadata.labels = Some([("roam.dev/launcher".to_string(), "true".to_string())].into());
+    api.put(&launcher);
+    let launcher_path = "/api/v1/namespaces/ns/pods/demo-launcher";
+
+    // the pod is there: nothing to do
+    api.expect(Scenario::Steps(vec![Expect::get(launcher_path)]));
+    reconcile_runner(Arc::new(r.clone()), ctx.clone())
+        .await
+        .expect("reconcile");
+    api.done().await;
+    assert!(
+        api.get::<k8s_openapi::api::core::v1::Pod>(&runner)
+            .is_some()
+    );
+
+    // another pod of the same name (a new launcher): this runner is not its
+    launcher.metadata.uid = Some("another-uid".into());
+    api.put(&launcher);
+    api.expect(Scenario::Steps(vec![
+        Expect::get(launcher_path),
+        Expect::delete(format!("{runner}?")),
+    ]));
+    reconcile_runner(Arc::new(r.clone()), ctx.clone())
+        .await
+        .expect("reconcile");
+    api.done().await;
+    assert!(
+        api.get::<k8s_openapi::api::core::v1::Pod>(&runner)
+            .is_none(),
+        "the runner of a pod that is gone is deleted"
+    );
 }
