@@ -469,20 +469,37 @@ fn deleted_vms_leave_nothing_on_any_node(lab: &Lab, ctl: &Installed, names: &[&s
     }
     // their Addresses are released (soft-deleted, kept for the grace period) once the VMs
     // are gone, not while they were held
+    let owned_by = |owner: &str| -> Vec<Value> {
+        get(
+            lab,
+            &["get", "addresses", "-l", &format!("roam.dev/network={NET}")],
+        )
+        .and_then(|l| l["items"].as_array().cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| a["spec"]["owner"] == owner)
+        .collect()
+    };
     for n in names {
         let owner = format!("{NS}/{n}");
-        wait_until(LONG, &format!("{owner}'s Addresses released"), || {
-            let addrs = get(
-                lab,
-                &["get", "addresses", "-l", &format!("roam.dev/network={NET}")],
-            )?;
-            addrs["items"]
-                .as_array()?
-                .iter()
-                .filter(|a| a["spec"]["owner"] == owner.as_str())
-                .all(|a| a["spec"]["deleted"] == true)
-                .then_some(())
-        });
+        roam_e2e::wait_until_else(
+            LONG,
+            &format!("{owner}'s Addresses released"),
+            || {
+                owned_by(&owner)
+                    .iter()
+                    .all(|a| a["spec"]["deleted"] == true)
+                    .then_some(())
+            },
+            || {
+                format!(
+                    "its Addresses: {:#?}\npods of {NS}: {}\ncontroller:\n{}",
+                    owned_by(&owner),
+                    try_kubectl(lab, &["-n", NS, "get", "pods", "-o", "wide"]).unwrap_or_default(),
+                    ctl.log_tail(60)
+                )
+            },
+        );
     }
 }
 

@@ -78,12 +78,14 @@ fn real_main() -> anyhow::Result<()> {
             // the guest's console for `kubectl logs`: runs until the pod stops it
             let a = console::parse(&args[1..]).map_err(anyhow::Error::msg)?;
             let follower = console::Follower::start(&a.file);
+            // the pod's stop ends it at once (it may be its container's PID 1)
+            let stopped = roam_vm_shim::sys::stop_on_terminate().context("signal handlers")?;
             return match &a.to {
-                None => follower.run(&mut std::io::stdout().lock(), || false, console::POLL),
+                None => follower.run(&mut std::io::stdout().lock(), stopped, console::POLL),
                 Some(to) => {
                     let mut out = console::open_relay_target(to)
                         .with_context(|| format!("open {} to relay the console", to.display()))?;
-                    follower.run(&mut out, || false, console::POLL)
+                    follower.run(&mut out, stopped, console::POLL)
                 }
             }
             .with_context(|| format!("follow {}", a.file.display()));

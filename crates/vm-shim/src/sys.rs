@@ -413,3 +413,32 @@ pub fn job_stats(dom: &Domain, flags: u32) -> Result<virt::domain::JobStats, vir
     }
     Ok(stats)
 }
+
+static TERMINATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_terminate(_: c_int) {
+    // async-signal-safe: one atomic store
+    TERMINATED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// From now on SIGTERM and SIGINT only set a flag, which the returned function reads: for a
+/// synchronous loop that must end on its container's stop even as its PID 1 (the kernel
+/// delivers no signal to a PID 1 that has not installed a handler for it, so the kubelet
+/// would wait out the grace period and kill it).
+pub fn stop_on_terminate() -> std::io::Result<fn() -> bool> {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: the handler does nothing but an atomic store (async-signal-safe); the
+        // sigaction struct is zeroed, then filled, before libc reads it.
+        let r = unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_terminate as extern "C" fn(c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut sa.sa_mask);
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigaction(sig, &sa, std::ptr::null_mut())
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(|| TERMINATED.load(std::sync::atomic::Ordering::SeqCst))
+}
