@@ -222,12 +222,29 @@ async fn sweep(ctx: &Arc<Context>) -> Result<()> {
         }
         (gone, doubles)
     };
+    // one Address that cannot be checked or written now (the API server, a namespace's
+    // listing) does not hold back the others': it is retried at the next sweep
+    let mut failed = None;
     for a in gone {
-        if owner_alive(ctx, &a).await? {
-            continue;
+        match owner_alive(ctx, &a).await {
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(address = ?a.metadata.name, owner = ?a.spec.owner, error = %e, "cannot tell whether the owner lives: retried at the next sweep");
+                failed = Some(e);
+                continue;
+            }
         }
         let spec = soft_deleted(&a.spec, Time(k8s_openapi::jiff::Timestamp::now()));
-        if write_spec(ctx, &a, spec).await? {
+        let written = match write_spec(ctx, &a, spec).await {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(address = ?a.metadata.name, error = %e, "cannot soft-delete: retried at the next sweep");
+                failed = Some(e);
+                continue;
+            }
+        };
+        if written {
             tracing::info!(address = ?a.metadata.name, owner = ?a.spec.owner, "workload gone: soft-deleted");
             ctx.metrics.count("soft_deletes", &a.spec.network);
             ctx.address_event(
@@ -259,7 +276,7 @@ async fn sweep(ctx: &Arc<Context>) -> Result<()> {
             ovn::request(ctx, &a.spec.network);
         }
     }
-    Ok(())
+    failed.map_or(Ok(()), Err)
 }
 
 /// Whether `a`'s owner has a live pod, asked of the API server (not the cache).
