@@ -26,36 +26,35 @@ async fn rtnl() -> Result<rtnetlink::Handle> {
     Ok(handle)
 }
 
-/// The interface index of `name` in this network namespace, if it exists.
-pub async fn link_index(name: &str) -> Result<Option<u32>> {
+/// Interface `name` of this network namespace, if it exists.
+async fn link(name: &str) -> Result<Option<rtnetlink::packet_route::link::LinkMessage>> {
     let handle = rtnl().await?;
     let mut links = handle.link().get().match_name(name.to_string()).execute();
     match links.try_next().await {
-        Ok(Some(msg)) => Ok(Some(msg.header.index)),
-        Ok(None) => Ok(None),
+        Ok(msg) => Ok(msg),
         // ENODEV: no such interface
         Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENODEV => Ok(None),
         Err(e) => Err(Error::plumbing(format!("look up interface {name}"), e)),
     }
 }
 
+/// The interface index of `name` in this network namespace, if it exists.
+pub async fn link_index(name: &str) -> Result<Option<u32>> {
+    Ok(link(name).await?.map(|msg| msg.header.index))
+}
+
 /// Whether a process holds the tap `name` open (QEMU, while it runs the VM here): the kernel
 /// gives a tap its carrier when a descriptor attaches and takes it away when the last one
 /// closes. `None`: no such interface.
 pub async fn tap_held(name: &str) -> Result<Option<bool>> {
-    let handle = rtnl().await?;
-    let mut links = handle.link().get().match_name(name.to_string()).execute();
-    match links.try_next().await {
-        Ok(Some(msg)) => Ok(Some(msg.attributes.iter().any(|a| {
+    Ok(link(name).await?.map(|msg| {
+        msg.attributes.iter().any(|a| {
             matches!(
                 a,
                 rtnetlink::packet_route::link::LinkAttribute::Carrier(c) if *c != 0
             )
-        }))),
-        Ok(None) => Ok(None),
-        Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENODEV => Ok(None),
-        Err(e) => Err(Error::plumbing(format!("look up interface {name}"), e)),
-    }
+        })
+    }))
 }
 
 /// Create the tap `name` (unless it exists) and bring it up with MTU [`TAP_MTU`].

@@ -22,8 +22,8 @@ use super::Context;
 use super::retry::{Retry, object_key};
 use crate::api::{Boot, VirtualMachine};
 use crate::core::launcher::{
-    LAUNCHER_LABEL, LauncherSpec, RUNNER_LABEL, RUNNER_VM_LABEL, claim_host_dir, launcher_view,
-    pod_running, runner_name, runner_of, runner_pod, vm_key,
+    LAUNCHER_LABEL, LauncherSpec, RUNNER_LABEL, RUNNER_VM_ANNOTATION, RUNNER_VM_LABEL,
+    claim_host_dir, launcher_view, pod_running, runner_name, runner_of, runner_pod, vm_key,
 };
 use crate::error::{Error, Result};
 
@@ -151,15 +151,24 @@ pub(super) async fn delete(ctx: &Context, ns: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Whether runner `r`'s launcher pod, that very pod (by UID), still exists.
-async fn launcher_exists(ctx: &Context, r: &Pod) -> Result<bool> {
-    let Some((ns, pod, uid)) = runner_of(r) else {
-        return Ok(false);
+/// Delete runner `r` if its launcher pod, that very pod (by UID), is gone (and the runner is
+/// not already going).
+async fn delete_if_orphaned(ctx: &Context, api: &Api<Pod>, r: &Pod) -> Result<()> {
+    if r.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let exists = match runner_of(r) {
+        Some((ns, pod, uid)) => Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&pod)
+            .await?
+            .is_some_and(|p| p.metadata.uid.as_deref() == Some(uid.as_str())),
+        None => false,
     };
-    Ok(Api::<Pod>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(&pod)
-        .await?
-        .is_some_and(|p| p.metadata.uid.as_deref() == Some(uid.as_str())))
+    if !exists {
+        tracing::info!(runner = %r.name_any(), vm = ?r.annotations().get(RUNNER_VM_ANNOTATION), "its launcher pod is gone: deleting the runner");
+        delete_named(api, &r.name_any()).await?;
+    }
+    Ok(())
 }
 
 /// Delete the runners of `vm` whose launcher pod is gone (or was replaced by another of the
@@ -174,10 +183,7 @@ pub(super) async fn sweep(ctx: &Context, vm: &VirtualMachine) -> Result<usize> {
         .await?
         .items;
     for r in &runners {
-        if r.metadata.deletion_timestamp.is_none() && !launcher_exists(ctx, r).await? {
-            tracing::info!(vm = %vm_key(vm), runner = %r.name_any(), "its launcher pod is gone: deleting the runner");
-            delete_named(&api, &r.name_any()).await?;
-        }
+        delete_if_orphaned(ctx, &api, r).await?;
     }
     Ok(runners.len())
 }
@@ -231,18 +237,13 @@ pub(super) async fn run(ctx: Arc<Context>) {
 /// Runner `r`: deleted once its launcher pod is gone; left alone while the pod exists, or
 /// when the pod's namespace is another roam-controller's (`--namespace-selector`).
 pub(super) async fn reconcile_runner(r: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
-    if r.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
     if let Some((ns, _, _)) = runner_of(&r)
         && !ctx.in_scope(&ns).await?
     {
         return Ok(Action::await_change());
     }
-    if !launcher_exists(&ctx, &r).await? {
-        let api = runners_api(&ctx).expect("the runners' controller runs with runners");
-        tracing::info!(runner = %r.name_any(), "its launcher pod is gone: deleting the runner");
-        delete_named(&api, &r.name_any()).await?;
+    if let Some(api) = runners_api(&ctx) {
+        delete_if_orphaned(&ctx, &api, &r).await?;
     }
     Ok(Action::await_change())
 }

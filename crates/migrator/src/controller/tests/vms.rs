@@ -623,30 +623,37 @@ async fn a_runner_goes_once_its_launcher_pod_is_gone_even_without_its_vm() {
     let launcher_path = "/api/v1/namespaces/ns/pods/demo-launcher";
 
     // the pod is there: nothing to do
-    api.expect(Scenario::Steps(vec![Expect::get(launcher_path)]));
-    reconcile_runner(Arc::new(r.clone()), ctx.clone())
-        .await
-        .expect("reconcile");
-    api.done().await;
     assert!(
-        api.get::<k8s_openapi::api::core::v1::Pod>(&runner)
-            .is_some()
+        runner_reconciled(&api, &ctx, &r, &runner, vec![Expect::get(launcher_path)]).await,
+        "the runner of a pod that exists stays"
     );
 
     // another pod of the same name (a new launcher): this runner is not its
     launcher.metadata.uid = Some("another-uid".into());
     api.put(&launcher);
-    api.expect(Scenario::Steps(vec![
+    let steps = vec![
         Expect::get(launcher_path),
         Expect::delete(format!("{runner}?")),
-    ]));
+    ];
+    assert!(
+        !runner_reconciled(&api, &ctx, &r, &runner, steps).await,
+        "the runner of a pod that is gone is deleted"
+    );
+}
+
+/// Reconcile runner `r` (stored at `path`) with the API server expecting `steps`: whether the
+/// runner is still there afterwards.
+async fn runner_reconciled(
+    api: &super::super::fixtures::ApiServerVerifier,
+    ctx: &Arc<crate::controller::Context>,
+    r: &k8s_openapi::api::core::v1::Pod,
+    path: &str,
+    steps: Vec<Expect>,
+) -> bool {
+    api.expect(Scenario::Steps(steps));
     reconcile_runner(Arc::new(r.clone()), ctx.clone())
         .await
         .expect("reconcile");
     api.done().await;
-    assert!(
-        api.get::<k8s_openapi::api::core::v1::Pod>(&runner)
-            .is_none(),
-        "the runner of a pod that is gone is deleted"
-    );
+    api.get::<k8s_openapi::api::core::v1::Pod>(path).is_some()
 }
