@@ -17,7 +17,8 @@
 //! and presents the node's; [`tls_layout`] lays out the same files under the names libvirt's
 //! client (`?pkipath=`) and QEMU's migration TLS (`migrate_tls_x509_cert_dir` in the image's
 //! qemu.conf) look for, as symbolic links, so a renewed certificate is what the next
-//! migration uses.
+//! migration uses. Beside them goes [`DH_PARAMS`], the RFC 7919 group QEMU's incoming side
+//! would otherwise generate itself for every migration (see there).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -178,7 +179,18 @@ pub fn tls_layout() -> Vec<(&'static str, &'static str, &'static str)> {
     ]
 }
 
-/// Make [`tls_layout`]'s links under `run_dir` to the files of `pki_dir`.
+/// The Diffie-Hellman group QEMU's migration TLS server offers (`dh-params.pem` in
+/// [`QEMU_PKI`]): RFC 7919's ffdhe3072, a published group (PKCS#3, as GnuTLS exports
+/// `gnutls_ffdhe_3072_group_prime`; `openssl dhparam -text` names it `GROUP: ffdhe3072`).
+/// Without the file, QEMU's incoming side (`tls-creds-x509`, endpoint server) calls
+/// `gnutls_dh_params_generate2(2048)` in every target QEMU: a prime search of 0.1–0.5 s on an
+/// idle core of this machine, more beside two guests, spent inside every migration. A
+/// published group is also what RFC 7919 asks servers to use; TLS 1.3 key exchange is ECDHE
+/// anyway, the group only matters to a TLS 1.2 DHE suite.
+pub const DH_PARAMS: &str = include_str!("ffdhe3072.pem");
+
+/// Make [`tls_layout`]'s links under `run_dir` to the files of `pki_dir`, and write
+/// [`DH_PARAMS`] beside QEMU's.
 pub fn link_tls(run_dir: &Path, pki_dir: &Path) -> std::io::Result<()> {
     for (dir, name, target) in tls_layout() {
         let d = run_dir.join(dir);
@@ -187,7 +199,7 @@ pub fn link_tls(run_dir: &Path, pki_dir: &Path) -> std::io::Result<()> {
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(pki_dir.join(target), &link)?;
     }
-    Ok(())
+    std::fs::write(run_dir.join(QEMU_PKI).join("dh-params.pem"), DH_PARAMS)
 }
 
 /// What is missing from the node's PKI directory, if anything (the certificate roam-node
@@ -357,6 +369,7 @@ mod tests {
         // a renewed certificate is what the links show
         std::fs::write(pki.join(NODE_CERT), "renewed").unwrap();
         assert_eq!(read("pki/qemu/client-cert.pem"), "renewed");
+        assert_eq!(read("pki/qemu/dh-params.pem"), DH_PARAMS);
         let _ = std::fs::remove_dir_all(&run);
     }
 
