@@ -234,14 +234,12 @@ pub(super) async fn run(ctx: Arc<Context>) {
     .await;
 }
 
-/// Runner `r`: deleted once its launcher pod is gone; left alone while the pod exists, or
-/// when the pod's namespace is another roam-controller's (`--namespace-selector`).
+/// Runner `r`: deleted once its launcher pod is gone; left alone while the pod exists. Not
+/// limited to this controller's namespaces (`--namespace-selector`): a runner is made after
+/// its pod and bound to the pod's UID, so one whose pod is gone is garbage whoever made it —
+/// and a namespace deleted with a VM whose finalizer was patched away is out of every scope
+/// by then, its runner left for nobody otherwise.
 pub(super) async fn reconcile_runner(r: Arc<Pod>, ctx: Arc<Context>) -> Result<Action> {
-    if let Some((ns, _, _)) = runner_of(&r)
-        && !ctx.in_scope(&ns).await?
-    {
-        return Ok(Action::await_change());
-    }
     if let Some(api) = runners_api(&ctx) {
         delete_if_orphaned(&ctx, &api, &r).await?;
     }

@@ -610,10 +610,17 @@ async fn with_runners_a_deleted_vm_waits_for_its_runner_to_go() {
 
 /// The runners' own controller, whatever became of the VM (here: none, as after its
 /// finalizer was patched away): a runner whose launcher pod exists stays; once the pod is
-/// gone, or replaced by another pod of the same name, the runner is deleted.
+/// gone, or replaced by another pod of the same name, the runner is deleted. Also under a
+/// `--namespace-selector` that no longer lists the pod's namespace (a namespace deleted with
+/// such a VM): the controller asks the API server nothing about namespaces (the steps would
+/// refuse the question).
 #[tokio::test]
 async fn a_runner_goes_once_its_launcher_pod_is_gone_even_without_its_vm() {
-    let (ctx, api) = super::super::fixtures::context_with(with_runners(), &[], &["node-a"], &[]);
+    let scoped = crate::controller::Config {
+        namespace_selector: Some("!roam.dev/test".into()),
+        ..with_runners()
+    };
+    let (ctx, api) = super::super::fixtures::context_with(scoped, &[], &["node-a"], &[]);
     let r = runner_of_launcher("demo-launcher-uid");
     let runner = format!("/api/v1/namespaces/roam-system/pods/{}", r.name_any());
     api.put(&r);
