@@ -4,7 +4,8 @@
 //! `VolumeNotReady`, an Event) with nothing created; one on the bound claim runs, its QEMU
 //! opening the image through the launcher pod's mount of the claim and no host directory of
 //! images; its migration is refused (the claim is not ReadWriteMany: the disk cannot follow);
-//! and an image file that is a symbolic link out of the volume is refused by the shim.
+//! and an image file that is a symbolic link out of the volume is refused by the shim. A VM
+//! booting from a disk of the image store opens it read-only and migrates.
 
 use std::time::Duration;
 
@@ -88,7 +89,7 @@ fn a_vm_boots_from_its_namespaces_volume_and_only_from_inside_it() {
     // dropped last: the VMs (and their pods, which use the claim) go first
     let _volume = VolumeBack(&lab);
     let mut cleanup = VmCleanup::new(&lab).namespace(NS).network(NET);
-    for name in ["p10vm1", "p10vm2", "p10vm3"] {
+    for name in ["p10vm1", "p10vm2", "p10vm3", "p10vm4"] {
         let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/{name}"));
         cleanup = cleanup.vm(&format!("{NS}_{name}"), &[&tap]);
     }
@@ -222,15 +223,87 @@ fn a_vm_boots_from_its_namespaces_volume_and_only_from_inside_it() {
     assert!(msg.contains("resolves to"), "{msg}");
     assert!(!qemu_opens("/etc/hostname"));
 
+    a_disk_of_the_image_store_is_read_only_and_migrates(&lab);
+
     kubectl(
         &lab,
-        &["-n", NS, "delete", "vm", "p10vm1", "p10vm2", "p10vm3"],
+        &[
+            "-n", NS, "delete", "vm", "p10vm1", "p10vm2", "p10vm3", "p10vm4",
+        ],
     );
-    for n in ["p10vm1", "p10vm2", "p10vm3"] {
+    for n in ["p10vm1", "p10vm2", "p10vm3", "p10vm4"] {
         wait_until(LONG, &format!("{n} gone"), || {
             try_kubectl(&lab, &["-n", NS, "get", "vm", n])
                 .is_err()
                 .then_some(())
         });
     }
+}
+
+/// A disk of the admin's image store (the lab's store is its guest directory, on every node)
+/// is every VM's that boots it: QEMU opens it read-only (the runner mounts the store
+/// read-only; before, QEMU asked to write it and could not start), and the VM migrates — a
+/// read-only disk present on both nodes needs no shared storage.
+fn a_disk_of_the_image_store_is_read_only_and_migrates(lab: &Lab) {
+    let (kernel, _) = lab.guest();
+    let image = std::path::Path::new(&kernel).with_file_name("p10-store-disk.raw");
+    struct Unlink(std::path::PathBuf);
+    impl Drop for Unlink {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    std::fs::write(&image, vec![0u8; 1 << 20]).expect("a disk in the image store");
+    let _unlink = Unlink(image.clone());
+    let image = image.display().to_string();
+    let vm = json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
+           "metadata": {"name": "p10vm4", "namespace": NS},
+           "spec": {"cpu": 1, "memoryMiB": 128, "node": "node-a",
+                    "boot": {"disk": {"image": image, "format": "raw"}}}});
+    roam_e2e::kubectl_manifest(lab, "create", &vm).expect("create p10vm4");
+    wait_until(LONG, "p10vm4 Running", || {
+        let v = get(lab, &["-n", NS, "get", "vm", "p10vm4"])?;
+        (v["status"]["phase"] == "Running").then_some(())
+    });
+    let opened_read_only = || {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.contains("qemu-system") && c.contains(&image))
+            .map(|c| c.contains(r#""read-only":true"#))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        opened_read_only(),
+        vec![true],
+        "one QEMU opens {image}, read-only"
+    );
+    kubectl(
+        lab,
+        &[
+            "-n",
+            NS,
+            "annotate",
+            "vm",
+            "p10vm4",
+            "roam.dev/migrate-to=node-b",
+        ],
+    );
+    wait_until(LONG, "p10vm4's migration Succeeded", || {
+        let ms = get(lab, &["-n", NS, "get", "vmim", "-l", "roam.dev/vm=p10vm4"])?;
+        let phase = ms["items"].as_array()?.first()?["status"]["phase"].clone();
+        assert_ne!(phase, "Failed", "p10vm4's migration failed: {ms}");
+        (phase == "Succeeded").then_some(())
+    });
+    let v = get(lab, &["-n", NS, "get", "vm", "p10vm4"]).unwrap();
+    assert_eq!(
+        (v["status"]["phase"].as_str(), v["status"]["node"].as_str()),
+        (Some("Running"), Some("node-b"))
+    );
+    wait_until(LONG, "one QEMU of p10vm4 left", || {
+        (opened_read_only() == vec![true]).then_some(())
+    });
 }

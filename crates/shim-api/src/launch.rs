@@ -57,6 +57,9 @@ pub mod flag {
     pub const DISK: &str = "--disk";
     /// Disk boot: the image's format.
     pub const DISK_FORMAT: &str = "--disk-format";
+    /// Disk boot: `read-only` (the admin's image store, shared by every VM that boots the
+    /// image) or `read-write` (the default: the VM's own volume).
+    pub const DISK_ACCESS: &str = "--disk-access";
     /// The one NIC's MAC.
     pub const MAC: &str = "--mac";
     /// The one NIC's tap.
@@ -108,6 +111,7 @@ pub mod flag {
         CMDLINE,
         DISK,
         DISK_FORMAT,
+        DISK_ACCESS,
         MAC,
         TAP,
         OVN_PORT,
@@ -135,6 +139,10 @@ pub mod flag {
 pub const DEFAULT_BRIDGE: &str = "br-int";
 /// The disk format when `--disk-format` is not given.
 pub const DEFAULT_DISK_FORMAT: &str = "qcow2";
+/// `--disk-access`'s values; read-write when not given.
+pub const READ_ONLY: &str = "read-only";
+/// See [`READ_ONLY`].
+pub const READ_WRITE: &str = "read-write";
 /// The launcher pod's own libvirtd as its shim reaches it (the pod's `/run/libvirt`, an
 /// emptyDir both containers mount).
 pub const NODE_LIBVIRT_URI: &str = "qemu:///system";
@@ -199,12 +207,15 @@ pub enum LaunchBoot {
         /// The kernel command line (empty: none; then not rendered).
         cmdline: String,
     },
-    /// Boot from a disk image (`--disk`, `--disk-format`).
+    /// Boot from a disk image (`--disk`, `--disk-format`, `--disk-access`).
     Disk {
         /// The image file.
         image: PathBuf,
         /// Its format (`qcow2` or `raw`; the shim's VM spec checks it).
         format: String,
+        /// The guest sees the disk read-only and QEMU opens it so (`--disk-access
+        /// read-only`): an image of the admin's store, which every VM booting it shares.
+        read_only: bool,
     },
 }
 
@@ -430,9 +441,16 @@ impl LaunchArgs {
                     out.push((flag::CMDLINE, Some(cmdline.clone())));
                 }
             }
-            LaunchBoot::Disk { image, format } => {
+            LaunchBoot::Disk {
+                image,
+                format,
+                read_only,
+            } => {
                 out.push((flag::DISK, path(image)));
                 out.push((flag::DISK_FORMAT, Some(format.clone())));
+                if *read_only {
+                    out.push((flag::DISK_ACCESS, Some(READ_ONLY.into())));
+                }
             }
         }
         match self.nics.as_slice() {
@@ -633,9 +651,19 @@ fn from_given(given: BTreeMap<&'static str, Given>) -> Result<LaunchArgs> {
     let vcpus = v.number(flag::VCPUS, "the number of vCPUs")?;
     let memory_mib = v.number(flag::MEMORY_MIB, "the memory in MiB")?;
 
-    // a kernel boot ignores --disk-format, a disk boot --initrd and --cmdline
+    // a kernel boot ignores --disk-format and --disk-access, a disk boot --initrd and --cmdline
     let (initrd, cmdline) = (v.text(flag::INITRD)?, v.text(flag::CMDLINE)?);
     let disk_format = v.text(flag::DISK_FORMAT)?;
+    let read_only = match v.text(flag::DISK_ACCESS)?.as_deref() {
+        None | Some(READ_WRITE) => false,
+        Some(READ_ONLY) => true,
+        Some(other) => {
+            return Err(bad(
+                flag::DISK_ACCESS,
+                format!("{other:?}: give {READ_ONLY} or {READ_WRITE}"),
+            ));
+        }
+    };
     let boot = match (v.text(flag::KERNEL)?, v.text(flag::DISK)?) {
         (Some(kernel), None) => LaunchBoot::Kernel {
             kernel: kernel.into(),
@@ -645,12 +673,13 @@ fn from_given(given: BTreeMap<&'static str, Given>) -> Result<LaunchArgs> {
         (None, Some(image)) => LaunchBoot::Disk {
             image: image.into(),
             format: disk_format.unwrap_or_else(|| DEFAULT_DISK_FORMAT.into()),
+            read_only,
         },
         _ => {
             return Err(bad(
                 "--kernel/--disk",
                 "give exactly one boot source: --kernel (with optional --initrd and --cmdline) \
-                 or --disk (with optional --disk-format)",
+                 or --disk (with optional --disk-format and --disk-access)",
             ));
         }
     };
@@ -924,6 +953,7 @@ mod tests {
         a.boot = LaunchBoot::Disk {
             image: "/img/vm.raw".into(),
             format: "raw".into(),
+            read_only: true,
         };
         a.nics.push(LaunchNic {
             mac: "52:54:00:00:00:02".parse().unwrap(),
@@ -941,6 +971,7 @@ mod tests {
         };
         assert_eq!(value(flag::DISK).as_deref(), Some("/img/vm.raw"));
         assert_eq!(value(flag::DISK_FORMAT).as_deref(), Some("raw"));
+        assert_eq!(value(flag::DISK_ACCESS).as_deref(), Some(READ_ONLY));
         assert_eq!(
             value(flag::NICS).as_deref(),
             Some("52:54:00:00:00:01/h7tap/vm1.node-a,52:54:00:00:00:02/h7tap1/vlan-port")
@@ -972,6 +1003,7 @@ mod tests {
         disk.boot = LaunchBoot::Disk {
             image: "/d.qcow2".into(),
             format: "x".into(),
+            read_only: false,
         };
         let mut args = disk.to_args();
         let i = args.iter().position(|a| a == flag::DISK_FORMAT).unwrap();
@@ -1053,6 +1085,10 @@ mod tests {
                 "--listen: \"localhost\": use IP:PORT",
             ),
             (&["--mode", "fly"], "--mode: \"fly\": use boot"),
+            (
+                &["--disk-access", "ro"],
+                "--disk-access: \"ro\": give read-only or read-write",
+            ),
             (&["--disk", "/d.qcow2"], "exactly one boot source"),
             (
                 &["--state-file", "rel.json"],
@@ -1162,8 +1198,13 @@ mod tests {
                     cmdline
                 }
             ),
-            (path(), "qcow2|raw|[a-z0-9]{1,6}")
-                .prop_map(|(image, format)| LaunchBoot::Disk { image, format }),
+            (path(), "qcow2|raw|[a-z0-9]{1,6}", any::<bool>()).prop_map(
+                |(image, format, read_only)| LaunchBoot::Disk {
+                    image,
+                    format,
+                    read_only
+                }
+            ),
         ]
     }
 

@@ -96,7 +96,15 @@ fn build(args: LaunchArgs, read_token: impl FnOnce(&Path) -> Result<String>) -> 
             initrd,
             cmdline,
         },
-        LaunchBoot::Disk { image, format } => Boot::Disk { image, format },
+        LaunchBoot::Disk {
+            image,
+            format,
+            read_only,
+        } => Boot::Disk {
+            image,
+            format,
+            read_only,
+        },
     };
     let vm = VmSpec {
         name: args.name,

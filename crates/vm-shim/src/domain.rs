@@ -80,12 +80,20 @@ pub fn domain_xml(spec: &VmSpec, accel: Accel) -> Result<String> {
         "  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>"
     );
     let _ = writeln!(x, "  <devices>");
-    if let Boot::Disk { image, format } = &spec.boot {
+    if let Boot::Disk {
+        image,
+        format,
+        read_only,
+    } = &spec.boot
+    {
+        // read-only: QEMU opens the image so (the runner mounts the store read-only) and the
+        // guest sees a read-only disk; libvirt migrates such a disk without shared storage
         let _ = writeln!(
             x,
-            "    <disk type='file' device='disk'><driver name='qemu' type='{}'/><source file='{}'/><target dev='vda' bus='virtio'/></disk>",
+            "    <disk type='file' device='disk'><driver name='qemu' type='{}'/><source file='{}'/><target dev='vda' bus='virtio'/>{}</disk>",
             esc(format),
-            esc(&image.to_string_lossy())
+            esc(&image.to_string_lossy()),
+            if *read_only { "<readonly/>" } else { "" }
         );
     }
     // libvirt gives the NICs PCI slots in the order they appear, so the guest names them
@@ -173,10 +181,25 @@ mod tests {
         v.boot = Boot::Disk {
             image: "/images/d.qcow2".into(),
             format: "qcow2".into(),
+            read_only: false,
         };
         let x = domain_xml(&v, Accel::Tcg).unwrap();
         assert!(x.contains("<boot dev='hd'/>"));
         assert!(x.contains("<source file='/images/d.qcow2'/>"));
         assert!(!x.contains("<kernel>"));
+        assert!(
+            !x.contains("<readonly/>"),
+            "a volume's disk is the VM's to write"
+        );
+        v.boot = Boot::Disk {
+            image: "/images/d.qcow2".into(),
+            format: "qcow2".into(),
+            read_only: true,
+        };
+        let x = domain_xml(&v, Accel::Tcg).unwrap();
+        assert!(
+            x.contains("<target dev='vda' bus='virtio'/><readonly/></disk>"),
+            "an image of the store is read-only: {x}"
+        );
     }
 }

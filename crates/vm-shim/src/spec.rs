@@ -29,6 +29,9 @@ pub enum Boot {
         image: PathBuf,
         /// Its format: `qcow2` or `raw`.
         format: String,
+        /// Read-only for the guest and QEMU: an image of the admin's store, shared by every
+        /// VM that boots it (and mounted read-only into the runner).
+        read_only: bool,
     },
 }
 
@@ -98,7 +101,7 @@ impl VmSpec {
                     return bad(problem);
                 }
             }
-            Boot::Disk { image, format } => {
+            Boot::Disk { image, format, .. } => {
                 if let Some(problem) = boot_path_problem("disk image", &image.display().to_string())
                 {
                     return bad(problem);
@@ -249,6 +252,7 @@ pub(crate) mod tests {
                     v.boot = Boot::Disk {
                         image: "/img.vmdk".into(),
                         format: "vmdk".into(),
+                        read_only: false,
                     }
                 }),
                 "qcow2 or raw",

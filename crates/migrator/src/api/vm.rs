@@ -69,7 +69,9 @@ pub enum Boot {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cmdline: Option<String>,
     },
-    /// A disk image (virtio) on the nodes, in the administrator's image store.
+    /// A disk image (virtio) on the nodes, in the administrator's image store: attached
+    /// read-only (every VM that boots the image shares it; a disk the VM writes is a
+    /// `volume`).
     Disk {
         /// Image path.
         image: String,

@@ -287,16 +287,20 @@ fn parts(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -> Result<Pa
                 cmdline: cmdline.clone().unwrap_or_default(),
             }
         }
+        // an image of the admin's store is every VM's that boots it: read-only (the runner
+        // mounts the store read-only too); a volume is the VM's own disk
         Boot::Disk { image, format } => {
             host_dirs.insert(parent(image)?);
             LaunchBoot::Disk {
                 image: image.into(),
                 format: format.clone(),
+                read_only: true,
             }
         }
         Boot::Volume { file, format, .. } => LaunchBoot::Disk {
             image: PathBuf::from(VOLUME_DIR).join(file),
             format: format.clone(),
+            read_only: false,
         },
     };
     let volume_claim = match &vm.spec.boot {
@@ -952,6 +956,43 @@ mod tests {
         assert_eq!(mounts[0].read_only, Some(true));
     }
 
+    /// A disk of the admin's image store is shared by every VM that boots it: the shim is
+    /// told to attach it read-only, and its directory is mounted read-only.
+    #[test]
+    fn a_disk_of_the_image_store_is_read_only() {
+        let mut v = vm();
+        v.spec.boot = serde_json::from_value(
+            json!({"disk": {"image": "/var/lib/roam/images/base.raw", "format": "raw"}}),
+        )
+        .unwrap();
+        let cfg = VmConfig {
+            image_root: Some("/var/lib/roam/images".into()),
+            ..cfg()
+        };
+        let nics = [nic(0, "a.node-a")];
+        let spec = launcher_pod(&cfg, &v, &boot_on_a(&nics))
+            .unwrap()
+            .spec
+            .unwrap();
+        let args = shim(&spec).args.clone().unwrap();
+        let arg = |f: &str| args[args.iter().position(|a| a == f).unwrap() + 1].clone();
+        assert_eq!(arg("--disk"), "/var/lib/roam/images/base.raw");
+        assert_eq!(arg("--disk-access"), "read-only");
+        let c = spec
+            .containers
+            .iter()
+            .find(|x| x.name == "libvirtd")
+            .unwrap();
+        assert!(
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.mount_path == "/var/lib/roam/images" && m.read_only == Some(true)),
+            "the store's directory, read-only: {:?}",
+            c.volume_mounts
+        );
+    }
+
     #[test]
     fn a_vm_on_a_volume_mounts_its_claim_and_no_host_directory() {
         let mut v = vm();
@@ -985,6 +1026,10 @@ mod tests {
         let arg = |f: &str| args[args.iter().position(|a| a == f).unwrap() + 1].clone();
         assert_eq!(arg("--disk"), format!("{VOLUME_DIR}/images/vm.qcow2"));
         assert_eq!(arg("--disk-format"), "qcow2");
+        assert!(
+            !args.iter().any(|a| a == "--disk-access"),
+            "the volume is the VM's to write: {args:?}"
+        );
         assert_eq!(
             arg("--image-root"),
             VOLUME_DIR,
