@@ -74,13 +74,19 @@ impl Drop for VolumeBack<'_> {
 
 /// Whether a QEMU process on this machine opens `file` (its command line names it).
 fn qemu_opens(file: &str) -> bool {
+    !qemus_with(file).is_empty()
+}
+
+/// The command lines of the QEMUs (on every node) that name `file`.
+fn qemus_with(file: &str) -> Vec<String> {
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
         .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .any(|c| c.contains("qemu-system") && c.contains(file))
+        .filter(|c| c.contains("qemu-system") && c.contains(file))
+        .collect()
 }
 
 #[test]
@@ -266,13 +272,8 @@ fn a_disk_of_the_image_store_is_read_only_and_migrates(lab: &Lab) {
         (v["status"]["phase"] == "Running").then_some(())
     });
     let opened_read_only = || {
-        std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-            .filter(|c| c.contains("qemu-system") && c.contains(&image))
+        qemus_with(&image)
+            .iter()
             .map(|c| c.contains(r#""read-only":true"#))
             .collect::<Vec<_>>()
     };

@@ -956,24 +956,29 @@ mod tests {
         assert_eq!(mounts[0].read_only, Some(true));
     }
 
-    /// A disk of the admin's image store is shared by every VM that boots it: the shim is
-    /// told to attach it read-only, and its directory is mounted read-only.
-    #[test]
-    fn a_disk_of_the_image_store_is_read_only() {
+    /// The launcher pod's spec of a VM booting from `boot`, with the image store
+    /// `/var/lib/roam/images`.
+    fn launcher_with_store(boot: serde_json::Value) -> k8s_openapi::api::core::v1::PodSpec {
         let mut v = vm();
-        v.spec.boot = serde_json::from_value(
-            json!({"disk": {"image": "/var/lib/roam/images/base.raw", "format": "raw"}}),
-        )
-        .unwrap();
+        v.spec.boot = serde_json::from_value(boot).unwrap();
         let cfg = VmConfig {
             image_root: Some("/var/lib/roam/images".into()),
             ..cfg()
         };
         let nics = [nic(0, "a.node-a")];
-        let spec = launcher_pod(&cfg, &v, &boot_on_a(&nics))
+        launcher_pod(&cfg, &v, &boot_on_a(&nics))
             .unwrap()
             .spec
-            .unwrap();
+            .unwrap()
+    }
+
+    /// A disk of the admin's image store is shared by every VM that boots it: the shim is
+    /// told to attach it read-only, and its directory is mounted read-only.
+    #[test]
+    fn a_disk_of_the_image_store_is_read_only() {
+        let spec = launcher_with_store(
+            json!({"disk": {"image": "/var/lib/roam/images/base.raw", "format": "raw"}}),
+        );
         let args = shim(&spec).args.clone().unwrap();
         let arg = |f: &str| args[args.iter().position(|a| a == f).unwrap() + 1].clone();
         assert_eq!(arg("--disk"), "/var/lib/roam/images/base.raw");
@@ -995,20 +1000,9 @@ mod tests {
 
     #[test]
     fn a_vm_on_a_volume_mounts_its_claim_and_no_host_directory() {
-        let mut v = vm();
-        v.spec.boot = serde_json::from_value(
+        let spec = launcher_with_store(
             json!({"volume": {"claimName": "disk1", "file": "images/vm.qcow2"}}),
-        )
-        .unwrap();
-        let cfg = VmConfig {
-            image_root: Some("/var/lib/roam/images".into()),
-            ..cfg()
-        };
-        let nics = [nic(0, "a.node-a")];
-        let spec = launcher_pod(&cfg, &v, &boot_on_a(&nics))
-            .unwrap()
-            .spec
-            .unwrap();
+        );
         let volumes = spec.volumes.clone().unwrap();
         let claim = volumes
             .iter()
