@@ -1,7 +1,7 @@
 //! The contract between roam's controller, CNI plugin and shim: the keys they agree on
 //! ([`keys`]), the pod annotations they exchange ([`annotation`]), the QoS classes an
-//! interface may ask for ([`qos`]) and the MAC an address gets ([`mac_for_ip`]). Plain data,
-//! no I/O.
+//! interface may ask for ([`qos`]) and the MAC an address gets ([`mac_for_ip`]); and how
+//! roam's daemons read their flags ([`flags`]). Plain data, no I/O.
 #![warn(missing_docs)]
 
 use std::net::Ipv4Addr;
@@ -9,6 +9,7 @@ use std::net::Ipv4Addr;
 use roam_dhcp_opts::MacAddr;
 
 pub mod annotation;
+pub mod flags;
 pub mod keys;
 pub mod owner;
 pub mod qos;

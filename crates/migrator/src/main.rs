@@ -82,38 +82,8 @@ const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] 
 /// target's certificate against `{ip}`.
 const TLS_PEER_URI: &str = "qemu+tls://{ip}:{port}/system?pkipath=/run/libvirt/pki/libvirt";
 
-fn env(flag: &str) -> Option<String> {
-    std::env::var(format!("ROAM_{}", flag.replace('-', "_").to_uppercase()))
-        .ok()
-        .filter(|v| !v.is_empty())
-}
-
 fn parse() -> anyhow::Result<Flags> {
-    let mut given: std::collections::HashMap<String, String> = Default::default();
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        if a == "--version" {
-            println!("roam-controller {}", env!("CARGO_PKG_VERSION"));
-            std::process::exit(0);
-        }
-        if a == "--help" || a == "-h" {
-            println!("{USAGE}");
-            std::process::exit(0);
-        }
-        let Some(flag) = a.strip_prefix("--") else {
-            bail!("unexpected argument {a:?}\n{USAGE}");
-        };
-        let (k, v) = match flag.split_once('=') {
-            Some((k, v)) => (k.to_string(), v.to_string()),
-            None => (
-                flag.to_string(),
-                args.next()
-                    .with_context(|| format!("--{flag} needs a value\n{USAGE}"))?,
-            ),
-        };
-        given.insert(k, v);
-    }
-    let get = |k: &str| given.get(k).cloned().or_else(|| env(k));
+    use roam_contract::flags::{self, Parsed};
     let known = [
         "kubeconfig",
         "nb",
@@ -149,9 +119,20 @@ fn parse() -> anyhow::Result<Flags> {
         "runner-namespace",
         "kubelet-root-dir",
     ];
-    if let Some(k) = given.keys().find(|k| !known.contains(&k.as_str())) {
-        bail!("unknown flag --{k}\n{USAGE}");
-    }
+    let given = match flags::parse(std::env::args().skip(1), &known)
+        .map_err(|e| anyhow::anyhow!("{e}\n{USAGE}"))?
+    {
+        Parsed::Run(given) => given,
+        Parsed::Version => {
+            println!("roam-controller {}", env!("CARGO_PKG_VERSION"));
+            std::process::exit(0);
+        }
+        Parsed::Help => {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+    };
+    let get = |k: &str| given.get(k);
     let num = |k: &str, default: u64| -> anyhow::Result<u64> {
         get(k).map_or(Ok(default), |v| {
             v.parse()

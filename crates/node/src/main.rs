@@ -29,37 +29,11 @@ struct Flags {
 }
 
 fn parse() -> anyhow::Result<Flags> {
-    let mut given: std::collections::HashMap<String, String> = Default::default();
-    let mut check = false;
+    use roam_contract::flags::{self, Parsed};
     let mut args = std::env::args().skip(1).peekable();
-    if args.peek().map(String::as_str) == Some("check") {
-        check = true;
+    let check = args.peek().map(String::as_str) == Some("check");
+    if check {
         args.next();
-    }
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--version" => {
-                println!("roam-node {}", env!("CARGO_PKG_VERSION"));
-                std::process::exit(0);
-            }
-            "--help" | "-h" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            _ => {}
-        }
-        let Some(flag) = a.strip_prefix("--") else {
-            bail!("unexpected argument {a:?}\n{USAGE}");
-        };
-        let (k, v) = match flag.split_once('=') {
-            Some((k, v)) => (k.to_string(), v.to_string()),
-            None => (
-                flag.to_string(),
-                args.next()
-                    .with_context(|| format!("--{flag} needs a value\n{USAGE}"))?,
-            ),
-        };
-        given.insert(k, v);
     }
     let known = [
         "node-name",
@@ -68,16 +42,18 @@ fn parse() -> anyhow::Result<Flags> {
         "ca-namespace",
         "check-period-seconds",
     ];
-    if let Some(k) = given.keys().find(|k| !known.contains(&k.as_str())) {
-        bail!("unknown flag --{k}\n{USAGE}");
-    }
-    let get = |k: &str| {
-        given.get(k).cloned().or_else(|| {
-            std::env::var(format!("ROAM_{}", k.replace('-', "_").to_uppercase()))
-                .ok()
-                .filter(|v| !v.is_empty())
-        })
+    let given = match flags::parse(args, &known).map_err(|e| anyhow::anyhow!("{e}\n{USAGE}"))? {
+        Parsed::Run(given) => given,
+        Parsed::Version => {
+            println!("roam-node {}", env!("CARGO_PKG_VERSION"));
+            std::process::exit(0);
+        }
+        Parsed::Help => {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
     };
+    let get = |k: &str| given.get(k);
     let node = get("node-name")
         .or_else(|| std::env::var("NODE_NAME").ok().filter(|v| !v.is_empty()))
         .context(
