@@ -1068,7 +1068,7 @@ pub fn shim_config(data: &[u8]) {
             }
             let _ = limits::cmdline_problem(cmdline);
         }
-        LaunchBoot::Disk { image, format } => {
+        LaunchBoot::Disk { image, format, .. } => {
             let _ = limits::boot_path_problem("disk image", &image.display().to_string());
             let _ = limits::disk_format_problem(format);
         }
