@@ -24,6 +24,7 @@ roam-shim: owns one libvirt domain and serves its migration API
 
 keys (JSON file or flags; a flag overrides the file):
   name vcpus memory-mib kernel initrd cmdline | disk disk-format   the VM
+  disk-access(read-write|read-only)   read-only: a disk of the image store, shared by all
   mac tap ovn-port serial-log                                      its NIC and console
   nics MAC/TAP/OVN-PORT,...        several NICs (eth0, eth1, ...) instead of mac tap ovn-port
   node libvirt-uri peer-libvirt-uri migration-uri                  this node
