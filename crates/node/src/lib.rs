@@ -2,9 +2,9 @@
 //! identity: a key that never leaves the node and a certificate of the roam CA naming the
 //! node, asked for with the node's own credential (the kubelet's) so that no other node can
 //! ask for it, and renewed after two thirds of its life or when the CA changes. The peers of
-//! a node (roam-controller, the other nodes) check that name. The privileged work that
-//! launcher pods still do (libvirt and QEMU, taps, OVS ports, the migration transport) is
-//! to move here (#20).
+//! a node (roam-controller, the other nodes) check that name. The privileged work of a VM
+//! (libvirt and QEMU, its tap and OVS port, the migration transport) is its runner's, a pod
+//! per VM in roam-system, not this agent's.
 //!
 //! [`need`] decides, from what is on disk, whether a new key or certificate is needed
 //! (pure); [`identity`] does the I/O.
