@@ -4,8 +4,10 @@
 //! `VolumeNotReady`, an Event) with nothing created; one on the bound claim runs, its QEMU
 //! opening the image through the launcher pod's mount of the claim and no host directory of
 //! images; its migration is refused (the claim is not ReadWriteMany: the disk cannot follow);
-//! and an image file that is a symbolic link out of the volume is refused by the shim. A VM
-//! booting from a disk of the image store opens it read-only and migrates.
+//! an image file that is a symbolic link out of the volume is refused by the shim; QEMU opens
+//! the checked image where the runner pinned it; and every image that would make QEMU open
+//! another file is refused before QEMU starts. A VM booting from a disk of the image store
+//! opens it read-only and migrates.
 
 use std::time::Duration;
 
@@ -77,6 +79,170 @@ fn qemu_opens(file: &str) -> bool {
     !qemus_with(file).is_empty()
 }
 
+/// The QEMU processes (on every node) whose command line holds `text`.
+fn qemu_pids(text: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let c = std::fs::read(e.path().join("cmdline")).ok()?;
+            let c = String::from_utf8_lossy(&c).replace('\0', " ");
+            (c.contains("qemu-system") && c.contains(text)).then_some(pid)
+        })
+        .collect()
+}
+
+fn qemu_img(args: &[&str]) {
+    let out = std::process::Command::new("qemu-img")
+        .args(args)
+        .output()
+        .expect("qemu-img (package qemu-utils, installed by e2e/labkit/deps.sh)");
+    assert!(
+        out.status.success(),
+        "qemu-img {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A tenant's tricks with its own volume, each a VM of its own: a qcow2 image over a host
+/// file or a device, one whose data is in an external file, a raw image posing as qcow2, a
+/// qcow2 image declared raw, a disk of a petabyte. Each VM's runner refuses the image before
+/// libvirtd starts: the VM's condition names the trick, an Event says so, no QEMU of it runs
+/// and no QEMU anywhere opens the file it names.
+fn every_image_that_names_another_file_is_refused(lab: &Lab, dir: &std::path::Path) {
+    let p = |n: &str| dir.join(n).display().to_string();
+    qemu_img(&[
+        "create",
+        "-q",
+        "-u",
+        "-f",
+        "qcow2",
+        "-b",
+        "/etc/hostname",
+        "-F",
+        "raw",
+        &p("backing.qcow2"),
+        "64M",
+    ]);
+    qemu_img(&[
+        "create",
+        "-q",
+        "-u",
+        "-f",
+        "qcow2",
+        "-b",
+        "/dev/vda",
+        "-F",
+        "raw",
+        &p("device.qcow2"),
+        "64M",
+    ]);
+    std::fs::write(dir.join("data.raw"), b"").unwrap();
+    qemu_img(&[
+        "create",
+        "-q",
+        "-f",
+        "qcow2",
+        "-o",
+        &format!("data_file={},data_file_raw=on", p("data.raw")),
+        &p("datafile.qcow2"),
+        "64M",
+    ]);
+    qemu_img(&["create", "-q", "-f", "raw", &p("posing.qcow2"), "1M"]);
+    qemu_img(&["create", "-q", "-f", "qcow2", &p("real.qcow2"), "1M"]);
+    qemu_img(&[
+        "create",
+        "-q",
+        "-f",
+        "qcow2",
+        "-o",
+        "cluster_size=2M",
+        &p("huge.qcow2"),
+        "1P",
+    ]);
+    let tricks = [
+        (
+            "p10vm5",
+            "backing.qcow2",
+            "qcow2",
+            "backing file \"/etc/hostname\"",
+        ),
+        (
+            "p10vm6",
+            "device.qcow2",
+            "qcow2",
+            "backing file \"/dev/vda\"",
+        ),
+        ("p10vm7", "datafile.qcow2", "qcow2", "external file"),
+        (
+            "p10vm8",
+            "posing.qcow2",
+            "qcow2",
+            "declared qcow2 but holds raw data",
+        ),
+        (
+            "p10vm9",
+            "real.qcow2",
+            "raw",
+            "declared raw but holds a qcow2",
+        ),
+        (
+            "p10vm10",
+            "huge.qcow2",
+            "qcow2",
+            "virtual size of 1125899906842624 bytes",
+        ),
+    ];
+    for (name, file, format, _) in tricks {
+        let mut v = vm(name, CLAIM, file);
+        v["spec"]["boot"]["volume"]["format"] = json!(format);
+        roam_e2e::kubectl_manifest(lab, "create", &v).expect("create a VM");
+    }
+    for (name, file, _, says) in tricks {
+        let (phase, msg) = wait_until(LONG, &format!("{name}'s image {file} refused"), || {
+            condition(lab, name, "Ready", "LauncherFailing").filter(|(_, m)| m.contains(says))
+        });
+        assert_ne!(phase, "Running", "{name}");
+        assert!(msg.contains(file), "{name}: {msg}");
+        wait_until(LONG, &format!("{name}'s LauncherFailing Event"), || {
+            let events = try_kubectl(
+                lab,
+                &[
+                    "-n",
+                    NS,
+                    "get",
+                    "events",
+                    "--field-selector",
+                    &format!("reason=LauncherFailing,involvedObject.name={name}"),
+                    "-o",
+                    "name",
+                ],
+            )
+            .ok()?;
+            (!events.trim().is_empty()).then_some(())
+        });
+        assert_eq!(
+            qemu_pids(&format!("guest={NS}_{name}")),
+            Vec::<u32>::new(),
+            "{name}"
+        );
+    }
+    for host_file in ["/etc/hostname", "/dev/vda", "data.raw"] {
+        assert!(!qemu_opens(host_file), "a QEMU opens {host_file}");
+    }
+    let names: Vec<&str> = tricks.iter().map(|t| t.0).collect();
+    kubectl(lab, &[&["-n", NS, "delete", "vm"][..], &names].concat());
+    for n in names {
+        wait_until(LONG, &format!("{n} gone"), || {
+            try_kubectl(lab, &["-n", NS, "get", "vm", n])
+                .is_err()
+                .then_some(())
+        });
+    }
+}
+
 /// The command lines of the QEMUs (on every node) that name `file`.
 fn qemus_with(file: &str) -> Vec<String> {
     std::fs::read_dir("/proc")
@@ -95,7 +261,10 @@ fn a_vm_boots_from_its_namespaces_volume_and_only_from_inside_it() {
     // dropped last: the VMs (and their pods, which use the claim) go first
     let _volume = VolumeBack(&lab);
     let mut cleanup = VmCleanup::new(&lab).namespace(NS).network(NET);
-    for name in ["p10vm1", "p10vm2", "p10vm3", "p10vm4"] {
+    for name in [
+        "p10vm1", "p10vm2", "p10vm3", "p10vm4", "p10vm5", "p10vm6", "p10vm7", "p10vm8", "p10vm9",
+        "p10vm10",
+    ] {
         let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/{name}"));
         cleanup = cleanup.vm(&format!("{NS}_{name}"), &[&tap]);
     }
@@ -166,11 +335,28 @@ fn a_vm_boots_from_its_namespaces_volume_and_only_from_inside_it() {
         let v = get(&lab, &["-n", NS, "get", "vm", "p10vm2"])?;
         (v["status"]["phase"] == "Running").then_some(())
     });
-    let image = format!("{}/disk.img", roam_migrator::core::launcher::VOLUME_DIR);
+    // its QEMU opens the image where the runner pinned it (the checked file, not a path
+    // of the volume the tenant can swap), as raw, with no backing store
+    let qemu = wait_until(LONG, "p10vm2's QEMU", || {
+        qemu_pids(&format!("guest={NS}_p10vm2")).into_iter().next()
+    });
+    let cmdline = std::fs::read(format!("/proc/{qemu}/cmdline"))
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .unwrap_or_default();
     assert!(
-        qemu_opens(&image),
-        "p10vm2's QEMU opens {image}\n{}",
+        cmdline.contains(r#""filename":"/run/roam/disk/vda""#)
+            && cmdline.contains(r#""driver":"raw""#)
+            && !cmdline.contains("disk.img"),
+        "p10vm2's QEMU opens the pinned image, raw: {cmdline}\n{}",
         ctl.log_tail(30)
+    );
+    use std::os::unix::fs::MetadataExt;
+    let pinned = std::fs::metadata(format!("/proc/{qemu}/root/run/roam/disk/vda")).unwrap();
+    let original = std::fs::metadata(dir.join("disk.img")).unwrap();
+    assert_eq!(
+        (pinned.dev(), pinned.ino()),
+        (original.dev(), original.ino()),
+        "the pinned file is the volume's disk.img"
     );
     let pod = get(&lab, &["-n", NS, "get", "pod", "-l", "roam.dev/vm=p10vm2"])
         .and_then(|l| l["items"].get(0).cloned())
@@ -226,7 +412,7 @@ fn a_vm_boots_from_its_namespaces_volume_and_only_from_inside_it() {
         condition(&lab, "p10vm3", "Ready", "LauncherFailing")
             .filter(|(_, m)| m.contains("escape.img"))
     });
-    assert!(msg.contains("resolves to"), "{msg}");
+    assert!(msg.contains("symbolic link"), "{msg}");
     assert!(!qemu_opens("/etc/hostname"));
 
     a_disk_of_the_image_store_is_read_only_and_migrates(&lab);
@@ -237,6 +423,7 @@ fn a_vm_boots_from_its_namespaces_volume_and_only_from_inside_it() {
             "-n", NS, "delete", "vm", "p10vm1", "p10vm2", "p10vm3", "p10vm4",
         ],
     );
+    every_image_that_names_another_file_is_refused(&lab, &dir);
     for n in ["p10vm1", "p10vm2", "p10vm3", "p10vm4"] {
         wait_until(LONG, &format!("{n} gone"), || {
             try_kubectl(&lab, &["-n", NS, "get", "vm", n])
@@ -272,7 +459,7 @@ fn a_disk_of_the_image_store_is_read_only_and_migrates(lab: &Lab) {
         (v["status"]["phase"] == "Running").then_some(())
     });
     let opened_read_only = || {
-        qemus_with(&image)
+        qemus_with(&format!("guest={NS}_p10vm4"))
             .iter()
             .map(|c| c.contains(r#""read-only":true"#))
             .collect::<Vec<_>>()
@@ -280,7 +467,7 @@ fn a_disk_of_the_image_store_is_read_only_and_migrates(lab: &Lab) {
     assert_eq!(
         opened_read_only(),
         vec![true],
-        "one QEMU opens {image}, read-only"
+        "one QEMU opens {image} (pinned), read-only"
     );
     kubectl(
         lab,

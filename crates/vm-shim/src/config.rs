@@ -204,13 +204,19 @@ pub fn load(args: &[String]) -> Result<ShimConfig> {
 
 /// The boot files exist and are regular files, and, with the admin's image store `root`,
 /// resolve (symbolic links followed) to files under it: a link inside the store that leads
-/// out of it is refused, as is a path that only looks inside.
+/// out of it is refused, as is a path that only looks inside. A disk image is opened and
+/// checked as [`crate::disk::open`] does (no link followed, its header read): the same
+/// verdict `roam-shim libvirtd` reaches before it pins the image for QEMU.
 pub fn check_files(vm: &VmSpec, root: Option<&Path>) -> Result<()> {
     let files: Vec<(&str, &Path)> = match &vm.boot {
         Boot::Kernel { kernel, initrd, .. } => std::iter::once(("kernel", kernel.as_path()))
             .chain(initrd.iter().map(|i| ("initrd", i.as_path())))
             .collect(),
-        Boot::Disk { image, .. } => vec![("disk image", image.as_path())],
+        Boot::Disk { image, format, .. } => {
+            let root = root.unwrap_or(Path::new("/"));
+            crate::disk::open(root, image, format, &roam_disk_image::Limits::default())?;
+            return Ok(());
+        }
     };
     let invalid = |problem: String| Error::InvalidSpec {
         vm: vm.name.clone(),

@@ -8,7 +8,9 @@
 //! - each NIC is an unmanaged kernel tap (`type='ethernet'`, `managed='no'`) that the node's OVS
 //!   carries as the VM's logical port, with checksum offload off on both sides: on OVS's
 //!   userspace datapath, offloaded checksums reach the peer unfinished and TCP silently breaks
-//!   while ping works. Both ends of a migration get the same XML.
+//!   while ping works. Both ends of a migration get the same XML;
+//! - a disk is the checked image pinned at [`crate::disk::PINNED`], its format stated, with an
+//!   empty `<backingStore/>`.
 
 use std::fmt::Write;
 
@@ -81,18 +83,19 @@ pub fn domain_xml(spec: &VmSpec, accel: Accel) -> Result<String> {
     );
     let _ = writeln!(x, "  <devices>");
     if let Boot::Disk {
-        image,
-        format,
-        read_only,
+        format, read_only, ..
     } = &spec.boot
     {
-        // read-only: QEMU opens the image so (the runner mounts the store read-only) and the
-        // guest sees a read-only disk; libvirt migrates such a disk without shared storage
+        // the checked file where `roam-shim libvirtd` pinned it, never the owner's path; its
+        // format stated and no backing store, so neither libvirt nor QEMU probes the image or
+        // opens a file it names. Read-only: QEMU opens the image so (the runner mounts the
+        // store read-only) and the guest sees a read-only disk; libvirt migrates such a disk
+        // without shared storage
         let _ = writeln!(
             x,
-            "    <disk type='file' device='disk'><driver name='qemu' type='{}'/><source file='{}'/><target dev='vda' bus='virtio'/>{}</disk>",
+            "    <disk type='file' device='disk'><driver name='qemu' type='{}'/><source file='{}'/><backingStore/><target dev='vda' bus='virtio'/>{}</disk>",
             esc(format),
-            esc(&image.to_string_lossy()),
+            crate::disk::PINNED,
             if *read_only { "<readonly/>" } else { "" }
         );
     }
@@ -185,7 +188,14 @@ mod tests {
         };
         let x = domain_xml(&v, Accel::Tcg).unwrap();
         assert!(x.contains("<boot dev='hd'/>"));
-        assert!(x.contains("<source file='/images/d.qcow2'/>"));
+        // the pinned file, its format stated, no backing store; never the owner's path
+        assert!(
+            x.contains(
+                "<driver name='qemu' type='qcow2'/><source file='/run/roam/disk/vda'/><backingStore/>"
+            ),
+            "{x}"
+        );
+        assert!(!x.contains("/images/d.qcow2"), "{x}");
         assert!(!x.contains("<kernel>"));
         assert!(
             !x.contains("<readonly/>"),

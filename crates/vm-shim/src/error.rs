@@ -19,6 +19,15 @@ pub enum Error {
         /// What is wrong and how to fix it.
         problem: String,
     },
+    /// The VM's disk image is refused (what it names, its format, its place); nothing was
+    /// started.
+    #[error("disk image {}: {problem}", image.display())]
+    Disk {
+        /// The image as the VM names it.
+        image: std::path::PathBuf,
+        /// What is wrong with it and how to fix it.
+        problem: String,
+    },
     /// The shim's configuration is invalid; nothing was touched.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -98,6 +107,7 @@ impl Error {
     pub fn is_bad_input(&self) -> bool {
         match self {
             Error::InvalidSpec { .. }
+            | Error::Disk { .. }
             | Error::Config(_)
             | Error::BadRequest(_)
             | Error::Unauthorized
@@ -167,6 +177,14 @@ mod tests {
                 400,
             ),
             (Error::Config(s()), true, 400),
+            (
+                Error::Disk {
+                    image: s().into(),
+                    problem: s(),
+                },
+                true,
+                400,
+            ),
             (Error::BadRequest(s()), true, 400),
             (Error::Unauthorized, true, 401),
             (Error::Forbidden(s()), true, 403),

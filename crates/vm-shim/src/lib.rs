@@ -18,6 +18,8 @@
 //! - [`server`]: the HTTP/1.1 JSON API;
 //! - [`net`]: the tap and its OVS port;
 //! - [`console`]: the guest's serial console followed onto the launcher pod's output;
+//! - [`disk`]: the disk image opened without following links, checked, and pinned where
+//!   its owner cannot reach;
 //! - [`openflow`]: a frame handed to OVS as if from a port (the target's RARP at the pause);
 //! - [`sys`]: the crate's only `unsafe` code (libvirt events and job control, TUN ioctls),
 //!   behind safe functions.
@@ -26,6 +28,7 @@
 pub mod auth;
 pub mod config;
 pub mod console;
+pub mod disk;
 pub mod domain;
 mod error;
 pub mod events;

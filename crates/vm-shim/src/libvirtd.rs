@@ -8,6 +8,11 @@
 //! an incoming live migration (peer-to-peer). Each daemon has a host UUID of its own: libvirt
 //! refuses to migrate between two daemons with the same one.
 //!
+//! With `--disk IMAGE` it first opens and checks the VM's disk image and pins it at
+//! [`crate::disk::PINNED`] (see [`crate::disk`]): this container is the mount namespace QEMU
+//! runs in, and an image it refuses starts no libvirtd (the container fails with the reason,
+//! which the VM's condition quotes).
+//!
 //! QEMU's settings (`/etc/libvirt/qemu.conf`: root, no cgroups, no namespaces, no virtlogd)
 //! are the image's (`deploy/launcher/qemu.conf`).
 //!
@@ -22,6 +27,8 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+
+use roam_shim_api::launch;
 
 /// Where the daemon's sockets, its configuration and its pid file live: the pod's emptyDir,
 /// also mounted in the shim's container.
@@ -40,10 +47,26 @@ pub struct Args {
     pub run_dir: PathBuf,
     /// The node's roam PKI directory: TLS with client certificates instead of plain TCP.
     pub pki_dir: Option<PathBuf>,
+    /// The VM's disk image, checked and pinned for QEMU before libvirtd starts.
+    pub disk: Option<Disk>,
+}
+
+/// A disk image for `roam-shim libvirtd` to check and pin ([`crate::disk`]): the shim's own
+/// launch flags of the same names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Disk {
+    /// The image (`--disk`).
+    pub image: PathBuf,
+    /// Its declared format (`--disk-format`, default `qcow2`).
+    pub format: String,
+    /// Read-only (`--disk-access read-only`; default `read-write`).
+    pub read_only: bool,
+    /// The directory it must lie in (`--image-root`; default `/`).
+    pub root: PathBuf,
 }
 
 /// The usage line.
-pub const USAGE: &str = "roam-shim libvirtd --listen IP:PORT [--libvirtd PATH(/usr/sbin/libvirtd)] [--run-dir DIR(/run/libvirt)] [--pki-dir DIR]";
+pub const USAGE: &str = "roam-shim libvirtd --listen IP:PORT [--libvirtd PATH(/usr/sbin/libvirtd)] [--run-dir DIR(/run/libvirt)] [--pki-dir DIR] [--disk IMAGE [--disk-format raw|qcow2(qcow2)] [--disk-access read-only|read-write(read-write)] [--image-root DIR(/)]]";
 
 /// Parse `roam-shim libvirtd`'s flags (pure).
 pub fn parse(args: &[String]) -> Result<Args, String> {
@@ -51,6 +74,15 @@ pub fn parse(args: &[String]) -> Result<Args, String> {
     let mut libvirtd = PathBuf::from(LIBVIRTD);
     let mut run_dir = PathBuf::from(RUN_DIR);
     let mut pki_dir = None;
+    let (mut image, mut format, mut read_only, mut root) = (None, None, None, None);
+    let absolute = |flag: &str, value: &str| {
+        let d = PathBuf::from(value);
+        if d.is_absolute() {
+            Ok(d)
+        } else {
+            Err(format!("{flag} {value}: give an absolute path"))
+        }
+    };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let value = it
@@ -70,12 +102,20 @@ pub fn parse(args: &[String]) -> Result<Args, String> {
             }
             "--libvirtd" => libvirtd = value.into(),
             "--run-dir" => run_dir = value.into(),
-            "--pki-dir" => {
-                let d = PathBuf::from(value);
-                if !d.is_absolute() {
-                    return Err(format!("--pki-dir {value}: give an absolute path"));
-                }
-                pki_dir = Some(d);
+            "--pki-dir" => pki_dir = Some(absolute(flag, value)?),
+            launch::flag::DISK => image = Some(absolute(flag, value)?),
+            launch::flag::IMAGE_ROOT => root = Some(absolute(flag, value)?),
+            launch::flag::DISK_FORMAT => format = Some(value.clone()),
+            launch::flag::DISK_ACCESS => {
+                read_only = Some(match value.as_str() {
+                    launch::READ_ONLY => true,
+                    launch::READ_WRITE => false,
+                    _ => {
+                        return Err(format!(
+                            "--disk-access {value:?}: give read-only or read-write"
+                        ));
+                    }
+                })
             }
             _ => return Err(format!("unknown flag {flag}; usage: {USAGE}")),
         }
@@ -87,11 +127,26 @@ pub fn parse(args: &[String]) -> Result<Args, String> {
             run_dir.display()
         ));
     }
+    let disk = match image {
+        Some(image) => Some(Disk {
+            image,
+            format: format.unwrap_or_else(|| launch::DEFAULT_DISK_FORMAT.into()),
+            read_only: read_only.unwrap_or(false),
+            root: root.unwrap_or_else(|| "/".into()),
+        }),
+        None if format.is_some() || read_only.is_some() || root.is_some() => {
+            return Err(format!(
+                "--disk-format, --disk-access and --image-root describe a --disk: give it; usage: {USAGE}"
+            ));
+        }
+        None => None,
+    };
     Ok(Args {
         listen,
         libvirtd,
         run_dir,
         pki_dir,
+        disk,
     })
 }
 
@@ -263,6 +318,57 @@ mod tests {
         .unwrap();
         assert_eq!(a.run_dir, PathBuf::from("/tmp/x"));
         assert_eq!(a.libvirtd, PathBuf::from("/opt/libvirtd"));
+        assert_eq!(a.disk, None);
+    }
+
+    #[test]
+    fn a_disk_is_parsed_with_its_defaults() {
+        let listen = ["--listen", "10.0.0.11:18105"];
+        let a = parse(&s(&[&listen[..], &["--disk", "/v/d.img"]].concat())).unwrap();
+        assert_eq!(
+            a.disk,
+            Some(Disk {
+                image: "/v/d.img".into(),
+                format: "qcow2".into(),
+                read_only: false,
+                root: "/".into()
+            })
+        );
+        let a = parse(&s(&[
+            &listen[..],
+            &[
+                "--disk",
+                "/store/d.raw",
+                "--disk-format",
+                "raw",
+                "--disk-access",
+                "read-only",
+                "--image-root",
+                "/store",
+            ],
+        ]
+        .concat()))
+        .unwrap();
+        assert_eq!(
+            a.disk,
+            Some(Disk {
+                image: "/store/d.raw".into(),
+                format: "raw".into(),
+                read_only: true,
+                root: "/store".into()
+            })
+        );
+        for (extra, says) in [
+            (vec!["--disk-format", "raw"], "describe a --disk"),
+            (vec!["--disk", "d.img"], "absolute"),
+            (
+                vec!["--disk", "/d", "--disk-access", "rw"],
+                "read-only or read-write",
+            ),
+        ] {
+            let e = parse(&s(&[&listen[..], &extra].concat())).unwrap_err();
+            assert!(e.contains(says), "{extra:?}: {e}");
+        }
     }
 
     #[test]

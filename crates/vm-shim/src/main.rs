@@ -16,6 +16,7 @@ roam-shim: owns one libvirt domain and serves its migration API
 
   roam-shim [--config FILE] [--KEY VALUE ...]
   roam-shim libvirtd --listen IP:PORT [--libvirtd PATH] [--run-dir DIR] [--pki-dir DIR]
+                     [--disk IMAGE [--disk-format F] [--disk-access A] [--image-root DIR]]
                                    the launcher pod's own libvirtd (its other container)
   roam-shim console --file PATH [--to FILE]
                                    the guest's serial console (a file QEMU appends to) on
@@ -119,6 +120,19 @@ fn exec_libvirtd(args: &[String]) -> anyhow::Result<()> {
         libvirtd::link_tls(&a.run_dir, pki).with_context(|| {
             format!("link the node's certificates under {}", a.run_dir.display())
         })?;
+    }
+    if let Some(d) = &a.disk {
+        // QEMU runs in this container's mount namespace: it gets the checked file, pinned
+        let checked = roam_vm_shim::disk::open(
+            &d.root,
+            &d.image,
+            &d.format,
+            &roam_disk_image::Limits::default(),
+        )?;
+        let at = std::path::Path::new(roam_vm_shim::disk::PINNED);
+        roam_vm_shim::disk::pin(&checked, at, d.read_only)?;
+        tracing::info!(image = %d.image.display(), pinned = %at.display(), format = %checked.image.format,
+            virtual_size = checked.image.virtual_size, read_only = d.read_only, "disk image checked and pinned");
     }
     let uuid = libvirtd::new_host_uuid().context("a host UUID for libvirtd")?;
     let file = a.run_dir.join("roam-libvirtd.conf");

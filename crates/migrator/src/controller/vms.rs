@@ -39,7 +39,7 @@ use crate::core::launcher::{
     Mode, RUNNER_LABEL, RUNNER_VM_ANNOTATION, launcher_trouble, pod_failed, pod_running,
 };
 use crate::core::placement::{self, Need, NodeFacts, Taint};
-use crate::core::vm::readiness::{condition, readiness, set_condition};
+use crate::core::vm::readiness::{LAUNCHER_FAILING, condition, readiness, set_condition};
 use crate::core::vm::tap_name;
 use crate::core::vm::{
     PortBook, VmNic, account_resets, interface_status, nics as vm_nics, resolve_vm,
@@ -588,6 +588,10 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
         trouble.as_deref(),
     );
     st.phase = r.phase;
+    let was_failing = st
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.reason == LAUNCHER_FAILING);
     set_condition(
         &mut st.conditions,
         condition(
@@ -600,6 +604,17 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
     );
     patch_status(&ctx, &vm, &st).await?;
     tell(&ctx, &vm, &st, was, new_resets);
+    if r.reason == LAUNCHER_FAILING && !was_failing {
+        // what keeps the VM from starting (a refused disk image, a crashing container), once
+        // as it begins: the condition follows it from there
+        ctx.event(
+            vm.object_ref(&()),
+            true,
+            LAUNCHER_FAILING,
+            "Start",
+            r.message.clone(),
+        );
+    }
     Ok(Action::requeue(if r.ready {
         Duration::from_secs(30)
     } else {

@@ -247,6 +247,9 @@ struct Parts {
     volume_claim: Option<String>,
     /// The host directories of boot files the pod that runs QEMU mounts (read-only).
     host_dirs: BTreeSet<String>,
+    /// The disk image's flags for `roam-shim libvirtd`, which checks and pins the image in
+    /// the container QEMU runs in before libvirtd starts (none for a kernel boot).
+    disk_args: Vec<String>,
     /// The node's IP (the launcher's libvirtd listens on it).
     ip: IpAddr,
     libvirt_port: u16,
@@ -351,6 +354,38 @@ fn parts(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -> Result<Pa
         .replace("{port}", &libvirt_port.to_string());
     // the guest's console, a file on the node (QEMU appends to it)
     let serial_log = format!("{}/{ns}_{name}.serial.log", cfg.vm_log_dir);
+    // a volume's image must resolve inside the volume (no symbolic link the tenant left
+    // there is followed)
+    let image_root = match &volume_claim {
+        Some(_) => Some(PathBuf::from(VOLUME_DIR)),
+        None => cfg.image_root.as_ref().map(PathBuf::from),
+    };
+    let disk_args = match &boot {
+        LaunchBoot::Kernel { .. } => vec![],
+        LaunchBoot::Disk {
+            image,
+            format,
+            read_only,
+        } => {
+            let mut a = vec![
+                launch::flag::DISK.to_string(),
+                image.display().to_string(),
+                launch::flag::DISK_FORMAT.into(),
+                format.clone(),
+                launch::flag::DISK_ACCESS.into(),
+                if *read_only {
+                    launch::READ_ONLY
+                } else {
+                    launch::READ_WRITE
+                }
+                .into(),
+            ];
+            if let Some(root) = &image_root {
+                a.extend([launch::flag::IMAGE_ROOT.into(), root.display().to_string()]);
+            }
+            a
+        }
+    };
     let args = LaunchArgs {
         name: domain_name(&ns, &name),
         vcpus: vm.spec.cpu,
@@ -370,12 +405,7 @@ fn parts(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -> Result<Pa
         mode: l.mode,
         kvm: false,
         instance: Some(l.pod.clone()),
-        // a volume's image must resolve inside the volume (a symbolic link the tenant left
-        // there does not lead out of it)
-        image_root: match &volume_claim {
-            Some(_) => Some(PathBuf::from(VOLUME_DIR)),
-            None => cfg.image_root.as_ref().map(PathBuf::from),
-        },
+        image_root,
         pki_dir: cfg.node_pki_dir.as_ref().map(PathBuf::from),
     }
     .to_args();
@@ -386,6 +416,7 @@ fn parts(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -> Result<Pa
         serial_log,
         volume_claim,
         host_dirs,
+        disk_args,
         ip,
         libvirt_port,
     })
@@ -452,6 +483,7 @@ fn vm_containers(
         "--listen".into(),
         SocketAddr::new(p.ip, p.libvirt_port).to_string(),
     ];
+    libvirtd_args.extend(p.disk_args.iter().cloned());
     let mut libvirtd_mounts = vm_mounts.clone();
     if let Some(pki) = &cfg.node_pki_dir {
         // the node's identity for the migration's TLS: read only, the libvirtd container's
@@ -988,6 +1020,21 @@ mod tests {
             .iter()
             .find(|x| x.name == "libvirtd")
             .unwrap();
+        // the container QEMU runs in checks and pins the image before libvirtd starts
+        let a = c.args.clone().unwrap();
+        assert!(
+            a.ends_with(&[
+                "--disk".into(),
+                "/var/lib/roam/images/base.raw".into(),
+                "--disk-format".into(),
+                "raw".into(),
+                "--disk-access".into(),
+                "read-only".into(),
+                "--image-root".into(),
+                "/var/lib/roam/images".into(),
+            ]),
+            "{a:?}"
+        );
         assert!(
             c.volume_mounts
                 .iter()
@@ -1028,6 +1075,21 @@ mod tests {
             arg("--image-root"),
             VOLUME_DIR,
             "the file must resolve inside the volume"
+        );
+        let libvirtd = spec.containers.iter().find(|x| x.name == "libvirtd");
+        let a = libvirtd.and_then(|c| c.args.clone()).unwrap();
+        assert!(
+            a.ends_with(&[
+                "--disk".into(),
+                format!("{VOLUME_DIR}/images/vm.qcow2"),
+                "--disk-format".into(),
+                "qcow2".into(),
+                "--disk-access".into(),
+                "read-write".into(),
+                "--image-root".into(),
+                VOLUME_DIR.into(),
+            ]),
+            "libvirtd checks and pins the volume's image: {a:?}"
         );
         for c in ["libvirtd", "shim"] {
             let c = spec.containers.iter().find(|x| x.name == c).unwrap();

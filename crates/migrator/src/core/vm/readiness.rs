@@ -17,6 +17,9 @@ pub struct Readiness {
     pub message: String,
 }
 
+/// Ready's reason while something keeps the launcher's containers from running.
+pub const LAUNCHER_FAILING: &str = "LauncherFailing";
+
 /// Running once the shim's domain runs; Failed if the launcher pod failed; else Starting —
 /// with what keeps the launcher's containers from running (`trouble`, see
 /// [`crate::core::launcher::launcher_trouble`]) as reason `LauncherFailing`.
@@ -44,7 +47,7 @@ pub fn readiness(
         Some(t) => Readiness {
             phase,
             ready: false,
-            reason: "LauncherFailing",
+            reason: LAUNCHER_FAILING,
             message: format!("launcher pod {pod} on {node}: {t}"),
         },
         None => Readiness {
