@@ -92,6 +92,7 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
         .network(NET)
         .vm(&format!("{NS}_t1"), &[&tap("t1")])
         .vm(&format!("{NS}_t2"), &[&tap("t2")])
+        .vm(&format!("{NS}_t3"), &[&tap("t3")])
         .cleaned();
     apply_crds(&lab);
     let ctl = Installed::get(&lab);
@@ -332,6 +333,9 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
     let v = get(&lab, &["-n", NS, "get", "vm", "t1"]).expect("t1");
     assert_eq!(v["status"]["phase"], "Running", "t1 runs on: {v}");
 
+    nothing_is_adopted_by_name(&lab, &kc, &kernel, &initrd);
+    strip_the_launcher_then_delete(&lab, &kc, &launcher);
+
     // roam's Secrets: out of reach
     for args in [
         &["-n", "roam-system", "get", "secrets"][..],
@@ -346,9 +350,9 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
     assert!(!ok && err.contains("forbidden"), "{err}");
 
     // the tenant deletes its VMs: gone, and t1's domain with them
-    let (ok, _, err) = as_tenant(&lab, &kc, &["-n", NS, "delete", "vm", "t1", "t2"]);
+    let (ok, _, err) = as_tenant(&lab, &kc, &["-n", NS, "delete", "vm", "t1", "t2", "t3"]);
     assert!(ok, "the tenant deletes its VMs: {err}");
-    for n in ["t1", "t2"] {
+    for n in ["t1", "t2", "t3"] {
         wait_until(LONG, &format!("{n} gone"), || {
             try_kubectl(&lab, &["-n", NS, "get", "vm", n])
                 .is_err()
@@ -363,5 +367,136 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
     assert!(
         !ports.lines().any(|p| p == tap("t1")),
         "t1's port is gone from node-b: {ports}"
+    );
+}
+
+/// The QEMU processes of VM `name` of this namespace on the machine (any node).
+fn qemus_of(name: &str) -> usize {
+    let needle = format!("guest={NS}_{name}");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("qemu-system") && c.contains(&needle))
+        .count()
+}
+
+/// A pod the tenant made under a VM's launcher name before the VM, with roam's labels: roam
+/// neither uses nor deletes it, and makes no runner for it; the VM waits
+/// (`LauncherInTheWay`, an Event naming the pod). Once the tenant deletes it, roam makes its
+/// own and the VM runs.
+fn nothing_is_adopted_by_name(lab: &Lab, kc: &Path, kernel: &str, initrd: &str) {
+    let mut squatter = roam_e2e::sleeper_pod(NS, "t3-launcher", "node-a");
+    squatter["metadata"]["labels"] = json!({"roam.dev/vm": "t3", "roam.dev/launcher": "true"});
+    squatter["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("priorityClassName");
+    create_as_tenant(lab, kc, &squatter).expect("the tenant makes a pod of the launcher's name");
+    let squatter_uid = wait_until(LONG, "the squatter's UID", || {
+        get(lab, &["-n", NS, "get", "pod", "t3-launcher"])?["metadata"]["uid"]
+            .as_str()
+            .map(String::from)
+    });
+    create_as_tenant(lab, kc, &vm("t3", kernel, initrd)).expect("the tenant creates t3");
+    let msg = wait_until(LONG, "t3 waiting for the pod in the way", || {
+        let v = get(lab, &["-n", NS, "get", "vm", "t3"])?;
+        let c = v["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["reason"] == "LauncherInTheWay")?
+            .clone();
+        (v["status"]["phase"] == "Pending").then(|| c["message"].as_str().map(String::from))?
+    });
+    assert!(
+        msg.contains("t3-launcher") && msg.contains("did not create"),
+        "{msg}"
+    );
+    wait_until(LONG, "a LauncherInTheWay Event", || {
+        let e = try_kubectl(
+            lab,
+            &[
+                "-n",
+                NS,
+                "get",
+                "events",
+                "--field-selector",
+                "reason=LauncherInTheWay,involvedObject.name=t3",
+                "-o",
+                "name",
+            ],
+        )
+        .ok()?;
+        (!e.trim().is_empty()).then_some(())
+    });
+    let runner = roam_migrator::core::launcher::runner_name(NS, "t3-launcher");
+    assert!(
+        get(lab, &["-n", "roam-system", "get", "pod", &runner]).is_none(),
+        "no runner for a pod roam did not make"
+    );
+    assert_eq!(qemus_of("t3"), 0);
+    let p = get(lab, &["-n", NS, "get", "pod", "t3-launcher"]).expect("the squatter stays");
+    assert_eq!(p["metadata"]["uid"], squatter_uid.as_str(), "not deleted");
+    // the tenant removes it: roam makes its own pod, the VM runs
+    let (ok, _, err) = as_tenant(
+        lab,
+        kc,
+        &["-n", NS, "delete", "pod", "t3-launcher", "--wait=true"],
+    );
+    assert!(ok, "{err}");
+    let st = wait_until(LONG, "t3 Running in roam's own pod", || {
+        let v = get(lab, &["-n", NS, "get", "vm", "t3"])?;
+        (v["status"]["phase"] == "Running").then(|| v["status"].clone())
+    });
+    let p = get(lab, &["-n", NS, "get", "pod", "t3-launcher"]).expect("t3's launcher pod");
+    assert_ne!(p["metadata"]["uid"], squatter_uid.as_str());
+    assert_eq!(st["podUID"], p["metadata"]["uid"], "the UID roam recorded");
+}
+
+/// The tenant strips roam's labels and the VM's ownership from the VM's launcher pod, then
+/// deletes the VM: roam finds the pod from its runner in roam-system all the same, so the VM
+/// goes only once its QEMU and runner are gone.
+fn strip_the_launcher_then_delete(lab: &Lab, kc: &Path, t1_launcher: &str) {
+    let _ = t1_launcher;
+    let st = get(lab, &["-n", NS, "get", "vm", "t3"]).expect("t3")["status"].clone();
+    let launcher = st["pod"].as_str().expect("t3's launcher").to_string();
+    let runner = roam_migrator::core::launcher::runner_name(NS, &launcher);
+    for args in [
+        &[
+            "-n",
+            NS,
+            "label",
+            "pod",
+            launcher.as_str(),
+            "roam.dev/launcher-",
+            "roam.dev/vm-",
+        ][..],
+        &[
+            "-n",
+            NS,
+            "patch",
+            "pod",
+            launcher.as_str(),
+            "--type=json",
+            "-p",
+            r#"[{"op": "remove", "path": "/metadata/ownerReferences"}]"#,
+        ],
+        &["-n", NS, "delete", "vm", "t3", "--wait=false"],
+    ] {
+        let (ok, _, err) = as_tenant(lab, kc, args);
+        assert!(ok, "{args:?}: {err}");
+    }
+    wait_until(LONG, "t3 gone", || {
+        try_kubectl(lab, &["-n", NS, "get", "vm", "t3"])
+            .is_err()
+            .then_some(())
+    });
+    assert_eq!(qemus_of("t3"), 0, "t3's QEMU went before the VM did");
+    assert!(
+        get(lab, &["-n", "roam-system", "get", "pod", &runner])
+            .is_none_or(|r| !r["metadata"]["deletionTimestamp"].is_null()),
+        "t3's runner went before the VM did"
     );
 }

@@ -175,6 +175,10 @@ pub struct VirtualMachineStatus {
     /// The launcher pod carrying the guest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// That pod's UID, recorded when roam created it (`creating` just before): a pod of the
+    /// name with another UID is not the VM's.
+    #[serde(default, rename = "podUID", skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
     /// The interfaces' addresses (the same before and after a migration).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interfaces: Vec<VmInterfaceStatus>,

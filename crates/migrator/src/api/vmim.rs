@@ -70,6 +70,14 @@ pub struct VirtualMachineMigrationStatus {
     /// The target launcher pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_pod: Option<String>,
+    /// That pod's UID, recorded when roam created it (`creating` just before): a pod of the
+    /// name with another UID is not the migration's.
+    #[serde(
+        default,
+        rename = "targetPodUID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub target_pod_uid: Option<String>,
     /// Memory transfer progress (libvirt job statistics, via the source shim).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,

@@ -50,13 +50,64 @@ async fn runner_of_pod(api: &Api<Pod>, p: &Pod) -> Result<Option<Pod>> {
     Ok(r.filter(|r| runner_of(r).map(|(_, _, uid)| uid) == p.metadata.uid))
 }
 
-/// Launcher pod `ns/name` with its runner's state, if the pod exists.
-pub(super) async fn get(ctx: &Context, ns: &str, name: &str) -> Result<Option<Pod>> {
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    match pods.get_opt(name).await? {
-        Some(p) => Ok(Some(view(ctx, p).await?)),
-        None => Ok(None),
+/// Whether a runner of roam's is bound to launcher pod `p` (its UID): roam made it for that
+/// very pod, in a namespace no tenant writes. `false` without runners.
+pub(super) async fn has_runner(ctx: &Context, p: &Pod) -> Result<bool> {
+    let Some(api) = runners_api(ctx) else {
+        return Ok(false);
+    };
+    Ok(runner_of_pod(&api, p).await?.is_some())
+}
+
+/// Delete launcher pod `p`, that very pod (a UID precondition: never another of the same
+/// name), and any runner of its name.
+pub(super) async fn delete_exact(ctx: &Context, p: &Pod) -> Result<()> {
+    let ns = p.namespace().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: p.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&p.name_any(), &dp).await {
+        Ok(_) => {}
+        Err(e) if Error::is_not_found(&e) || Error::is_conflict(&e) => {}
+        Err(e) => return Err(e.into()),
     }
+    if let Some(api) = runners_api(ctx) {
+        delete_named(&api, &runner_name(&ns, &p.name_any())).await?;
+    }
+    Ok(())
+}
+
+/// The launcher pods the VM's runners belong to (each that very pod, by UID), found from
+/// roam's namespace, where tenants cannot write: a launcher pod whose labels or owner were
+/// stripped in the VM's namespace is still the VM's. None without runners.
+pub(super) async fn of_runners(ctx: &Context, vm: &VirtualMachine) -> Result<Vec<Pod>> {
+    let Some(api) = runners_api(ctx) else {
+        return Ok(vec![]);
+    };
+    let uid = vm.uid().unwrap_or_default();
+    let mut pods = Vec::new();
+    for r in api
+        .list(&ListParams::default().labels(&format!("{RUNNER_VM_LABEL}={uid}")))
+        .await?
+        .items
+    {
+        let Some((ns, name, pod_uid)) = runner_of(&r) else {
+            continue;
+        };
+        if let Some(p) = Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(&name)
+            .await?
+            .filter(|p| p.metadata.uid.as_deref() == Some(pod_uid.as_str()))
+        {
+            pods.push(p);
+        }
+    }
+    Ok(pods)
 }
 
 /// The runner of existing launcher pod `launcher` (of `vm`, as `spec` says), made if it is

@@ -31,6 +31,7 @@ use crate::api::{
     Address, MIGRATE_TO, MigrateTo, VirtualMachine, VirtualMachineMigration,
     VirtualMachineMigrationSpec, VirtualMachineStatus, VmPhase, parse_migrate_to,
 };
+use crate::core::adoption::{Adoption, CREATING, Found, adoption};
 use crate::core::claim::VM_LABEL;
 use crate::core::launcher::{
     LAUNCHER_LABEL, LauncherSpec, launcher_pod, shim_url, token_secret, vm_key,
@@ -320,13 +321,19 @@ async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
     };
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let uid = vm.uid().unwrap_or_default();
-    let pods: Vec<Pod> = pods_api
+    let mut pods: Vec<Pod> = pods_api
         .list(&ListParams::default().labels(&format!("{VM_LABEL}={}", vm.name_any())))
         .await?
         .items
         .into_iter()
         .filter(|p| teardown::is_launcher_of(p, &uid))
         .collect();
+    // and every pod a runner of the VM runs for, whatever its labels say now
+    for p in launchers::of_runners(ctx, vm).await? {
+        if !pods.iter().any(|q| q.metadata.uid == p.metadata.uid) {
+            pods.push(p);
+        }
+    }
     // each with its runner's state (the shim runs there)
     let mut views = Vec::with_capacity(pods.len());
     for p in pods {
@@ -560,8 +567,15 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
         port,
         token: &token,
     };
-    let pod = match ensure_launcher(&ctx, &vm, &spec).await {
-        Ok(p) => p,
+    let pod = match ensure_launcher(&ctx, &vm, &mut st, &spec).await {
+        Ok(Launcher::Pod(p)) => *p,
+        Ok(Launcher::Replaced) => return Ok(Action::requeue(Duration::from_secs(1))),
+        Ok(Launcher::InTheWay(why)) => {
+            tracing::warn!(vm = %vm_key(&vm), %why, "launcher pod in the way");
+            wait_pending(&ctx, &vm, st, "LauncherInTheWay", why).await?;
+            // a tenant's pod is not watched: look again
+            return Ok(Action::requeue(Duration::from_secs(10)));
+        }
         Err(e) if e.is_bad_input() => return refuse(&ctx, &vm, st, e).await,
         Err(e) => return Err(e),
     };
@@ -713,22 +727,65 @@ async fn claim_addresses(
 }
 
 /// The VM's launcher pod: the existing one, or a new one (an Event says where).
+/// What became of the VM's launcher pod in one reconcile.
+enum Launcher {
+    /// roam's pod (with its runner's state).
+    Pod(Box<Pod>),
+    /// A pod roam may have made without recording it was deleted: made again shortly.
+    Replaced,
+    /// A pod roam did not create holds the name (why).
+    InTheWay(String),
+}
+
+/// The VM's launcher pod, created if missing, with its runner made; only a pod roam created
+/// is used ([`adoption`]): its UID is recorded in `st` (and in the VM's status at once: a
+/// later write of `st` keeps it).
 async fn ensure_launcher(
     ctx: &Context,
     vm: &VirtualMachine,
+    st: &mut VirtualMachineStatus,
     spec: &LauncherSpec<'_>,
-) -> Result<Pod> {
+) -> Result<Launcher> {
     let pods_api: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
-    if let Some(p) = pods_api.get_opt(&spec.pod).await? {
-        return launchers::ensure_runner(ctx, vm, spec, p).await;
+    let existing = pods_api.get_opt(&spec.pod).await?;
+    let has_runner = match &existing {
+        Some(p) => launchers::has_runner(ctx, p).await?,
+        None => false,
+    };
+    let found = existing.as_ref().map(|p| Found {
+        uid: p.metadata.uid.as_deref().unwrap_or_default(),
+        has_runner,
+    });
+    match adoption(&spec.pod, st.pod_uid.as_deref(), found) {
+        Adoption::Ours => {
+            let p = existing.expect("found");
+            return Ok(Launcher::Pod(Box::new(
+                launchers::ensure_runner(ctx, vm, spec, p).await?,
+            )));
+        }
+        Adoption::Record => {
+            let p = existing.expect("found");
+            record_pod(ctx, vm, st, &spec.pod, p.metadata.uid.as_deref()).await?;
+            return Ok(Launcher::Pod(Box::new(
+                launchers::ensure_runner(ctx, vm, spec, p).await?,
+            )));
+        }
+        Adoption::Replace => {
+            let p = existing.expect("found");
+            tracing::info!(vm = %vm_key(vm), pod = %spec.pod, "a launcher pod whose creation was not recorded: deleting it, then making it again");
+            launchers::delete_exact(ctx, &p).await?;
+            return Ok(Launcher::Replaced);
+        }
+        Adoption::InTheWay(why) => return Ok(Launcher::InTheWay(why)),
+        Adoption::Create => {}
     }
     let pod = launcher_pod(&ctx.config.vm, vm, spec)?;
-    let created = match pods_api.create(&PostParams::default(), &pod).await {
-        Ok(p) => p,
-        Err(e) if Error::is_conflict(&e) => pods_api.get(&spec.pod).await?,
-        Err(e) => return Err(e.into()),
-    };
+    record_pod(ctx, vm, st, &spec.pod, Some(CREATING)).await?;
+    // a pod made between the look and this create is not ours: the next reconcile replaces
+    // it (CREATING is recorded)
+    let created = pods_api.create(&PostParams::default(), &pod).await?;
+    record_pod(ctx, vm, st, &spec.pod, created.metadata.uid.as_deref()).await?;
     let addrs: Vec<String> = spec
         .nics
         .iter()
@@ -747,7 +804,34 @@ async fn ensure_launcher(
             addrs.join(", ")
         ),
     );
-    launchers::ensure_runner(ctx, vm, spec, created).await
+    Ok(Launcher::Pod(Box::new(
+        launchers::ensure_runner(ctx, vm, spec, created).await?,
+    )))
+}
+
+/// Record launcher pod `pod` and `uid` ([`CREATING`] before it exists) in the VM's status,
+/// and in `st`.
+async fn record_pod(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    st: &mut VirtualMachineStatus,
+    pod: &str,
+    uid: Option<&str>,
+) -> Result<()> {
+    let Some(uid) = uid else {
+        return Err(Error::Conflict(format!("launcher pod {pod} has no UID")));
+    };
+    let api: Api<VirtualMachine> =
+        Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
+    api.patch_status(
+        &vm.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": {"pod": pod, "podUID": uid}})),
+    )
+    .await?;
+    st.pod = Some(pod.to_string());
+    st.pod_uid = Some(uid.to_string());
+    Ok(())
 }
 
 /// Ask the VM's shim: whether its domain runs, and how many guest resets are new (counted
@@ -834,9 +918,22 @@ pub(super) async fn boot_claim(
 async fn wait_for_volume(
     ctx: &Context,
     vm: &VirtualMachine,
-    mut st: VirtualMachineStatus,
+    st: VirtualMachineStatus,
     why: String,
 ) -> Result<Action> {
+    wait_pending(ctx, vm, st, "VolumeNotReady", why).await?;
+    Ok(Action::requeue(Duration::from_secs(5)))
+}
+
+/// Pending with `reason` and `why` in the Ready condition, and a Warning Event when `why` is
+/// new.
+async fn wait_pending(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    mut st: VirtualMachineStatus,
+    reason: &str,
+    why: String,
+) -> Result<()> {
     let had = st
         .conditions
         .iter()
@@ -844,19 +941,13 @@ async fn wait_for_volume(
     st.phase = VmPhase::Pending;
     set_condition(
         &mut st.conditions,
-        condition(
-            "Ready",
-            false,
-            "VolumeNotReady",
-            &why,
-            vm.metadata.generation,
-        ),
+        condition("Ready", false, reason, &why, vm.metadata.generation),
     );
     patch_status(ctx, vm, &st).await?;
     if !had {
-        ctx.event(vm.object_ref(&()), true, "VolumeNotReady", "Start", why);
+        ctx.event(vm.object_ref(&()), true, reason, "Start", why);
     }
-    Ok(Action::requeue(Duration::from_secs(5)))
+    Ok(())
 }
 
 async fn refuse(

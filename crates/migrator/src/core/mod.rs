@@ -12,10 +12,12 @@
 //! - [`event`]: the namespace an Event about an object is stored in.
 //! - [`vm`]: a VM's interfaces → its Addresses and NICs; per Address, what a migration does.
 //! - [`launcher`]: a VM's launcher pod and the names its pods, domain and shim go by.
+//! - [`adoption`]: whether the pod under a launcher's name is the one roam created.
 //! - [`migration`]: the migration state machine, what it observes, and spec validation.
 //! - [`placement`]: which node takes a VM (its start, `migrate-to=auto`) under the
 //!   scheduler's constraints.
 
+pub mod adoption;
 pub mod claim;
 pub mod event;
 pub mod launcher;

@@ -219,6 +219,9 @@ async fn record(
                 back["node"] = json!(node);
                 back["pod"] = json!(pod);
             }
+            if st.phase == Phase::Succeeded {
+                back["podUID"] = json!(st.target_pod_uid);
+            }
             patch_vm_status(ctx, vm, back).await?;
         }
     }

@@ -17,12 +17,13 @@ use super::writes::{apply_moves, patch_status, patch_vm_status};
 use super::{key_of, vms};
 use crate::api::{Address, VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus};
 use crate::controller::{Context, failpoint, launchers, ovn};
+use crate::core::adoption::{Adoption, CREATING, Found, adoption};
 use crate::core::launcher::{LauncherSpec, Mode, launcher_pod, launcher_trouble, shim_url, vm_key};
 use crate::core::migration::observe::{
     guest_at, guest_on_target, is_shim_of, job, live, pod_running, record_landing, record_progress,
     record_target_trouble, target_pod_state, timed_out, unrecorded_job,
 };
-use crate::core::migration::{Action, Decision, GuestAt, Job, Observed, Phase, RouteAt};
+use crate::core::migration::{Action, Decision, GuestAt, Job, Observed, Phase, PodState, RouteAt};
 use crate::core::vm::{
     Placement, When, activated_on_target, moves, nics_of_addresses, ports_on, route_at,
 };
@@ -40,7 +41,13 @@ pub(super) struct Run {
     port: u16,
     token: String,
     target_pod: String,
+    /// Whether roam's target pod exists (a pod of the name roam did not create does not
+    /// count).
     target_pod_exists: bool,
+    /// The target pod's UID, when it is roam's.
+    target_pod_uid: Option<String>,
+    /// The VM's launcher pod's recorded UID (the source pod).
+    source_pod_uid: Option<String>,
     addresses: Vec<Arc<Address>>,
     placements: Vec<Placement>,
     pods: Api<Pod>,
@@ -84,6 +91,8 @@ impl Run {
             token,
             target_pod,
             target_pod_exists: false,
+            target_pod_uid: None,
+            source_pod_uid: vm.status.as_ref().and_then(|s| s.pod_uid.clone()),
             addresses,
             placements,
             pods: Api::namespaced(ctx.client.clone(), &m.namespace().unwrap_or_default()),
@@ -110,10 +119,10 @@ impl Run {
         st: &mut VirtualMachineMigrationStatus,
         deleted: bool,
     ) -> Result<Observed> {
-        let ns = self.vm.namespace().unwrap_or_default();
-        // with its runner's state (the target's shim runs there)
-        let target_pod = launchers::get(&self.ctx, &ns, &self.target_pod).await?;
+        // only the pod roam created, with its runner's state (the target's shim runs there)
+        let (target_pod, in_the_way) = self.target(st).await?;
         self.target_pod_exists = target_pod.is_some();
+        self.target_pod_uid = target_pod.as_ref().and_then(|p| p.metadata.uid.clone());
         // the target's shim, asked as soon as its pod exists (not when the kubelet gets
         // round to reporting it Running); only the shim of this very pod counts
         let target_status = match (live(target_pod.as_ref()), &self.target_ip) {
@@ -167,11 +176,14 @@ impl Run {
                 start,
                 k8s_openapi::jiff::Timestamp::now(),
             ),
-            target_pod: target_pod_state(
-                target_pod.as_ref(),
-                &self.target_pod,
-                target_status.as_ref(),
-            ),
+            target_pod: match in_the_way {
+                Some(why) => PodState::Failed(why),
+                None => target_pod_state(
+                    target_pod.as_ref(),
+                    &self.target_pod,
+                    target_status.as_ref(),
+                ),
+            },
             target_port: ports_on(&self.placements, &self.target),
             target_uninstalled: target_status
                 .as_ref()
@@ -182,6 +194,35 @@ impl Run {
             guest: guest_at(on_target, source_status.as_ref()),
             route: route_at(&self.placements, &self.target),
         })
+    }
+
+    /// The target pod if it is roam's ([`adoption`]), with its runner's state; or why a pod
+    /// of its name is in the way. A UID proven now is recorded in `st`; a pod whose creation
+    /// was not recorded is deleted (it is made again).
+    async fn target(
+        &self,
+        st: &mut VirtualMachineMigrationStatus,
+    ) -> Result<(Option<Pod>, Option<String>)> {
+        let Some(p) = self.pods.get_opt(&self.target_pod).await? else {
+            return Ok((None, None));
+        };
+        let has_runner = launchers::has_runner(&self.ctx, &p).await?;
+        let uid = p.metadata.uid.clone().unwrap_or_default();
+        let found = Found {
+            uid: &uid,
+            has_runner,
+        };
+        match adoption(&self.target_pod, st.target_pod_uid.as_deref(), Some(found)) {
+            Adoption::Ours | Adoption::Create => {}
+            Adoption::Record => st.target_pod_uid = Some(uid),
+            Adoption::Replace => {
+                tracing::info!(migration = %self.key, pod = %self.target_pod, "a target pod whose creation was not recorded: deleting it, then making it again");
+                launchers::delete_exact(&self.ctx, &p).await?;
+                return Ok((None, None));
+            }
+            Adoption::InTheWay(why) => return Ok((None, Some(why))),
+        }
+        Ok((Some(launchers::view(&self.ctx, p).await?), None))
     }
 
     /// Start the task that follows the source's events after `after` (the pause: the
@@ -229,8 +270,19 @@ impl Run {
         .await
     }
 
-    async fn delete_pod(&self, name: &str) -> Result<()> {
-        launchers::delete(&self.ctx, &self.vm.namespace().unwrap_or_default(), name).await
+    /// Delete launcher pod `name` and its runner: that very pod when its UID is known.
+    async fn delete_pod(&self, name: &str, uid: Option<&str>) -> Result<()> {
+        let ns = self.vm.namespace().unwrap_or_default();
+        match uid.filter(|u| *u != CREATING) {
+            Some(uid) => {
+                let mut p = Pod::default();
+                p.metadata.name = Some(name.to_string());
+                p.metadata.namespace = Some(ns);
+                p.metadata.uid = Some(uid.to_string());
+                launchers::delete_exact(&self.ctx, &p).await
+            }
+            None => launchers::delete(&self.ctx, &ns, name).await,
+        }
     }
 
     /// Carry out `a` (idempotent).
@@ -242,7 +294,7 @@ impl Run {
         st: &mut VirtualMachineMigrationStatus,
     ) -> Result<()> {
         match a {
-            Action::CreateTarget => self.create_target(m).await,
+            Action::CreateTarget => self.create_target(m, st).await,
             Action::StartMigration => {
                 let Some(ip) = &self.target_ip else {
                     return Ok(());
@@ -297,16 +349,20 @@ impl Run {
                 patch_vm_status(
                     &self.ctx,
                     &self.vm,
-                    json!({"node": self.target, "pod": self.target_pod}),
+                    json!({"node": self.target, "pod": self.target_pod,
+                           "podUID": self.target_pod_uid}),
                 )
                 .await?;
                 match &st.source_pod {
-                    Some(p) => self.delete_pod(p).await,
+                    Some(p) => self.delete_pod(p, self.source_pod_uid.as_deref()).await,
                     None => Ok(()),
                 }
             }
             Action::DeleteTarget => {
-                self.delete_pod(&self.target_pod).await?;
+                // only roam's own target: a pod in the way is not roam's to delete
+                if let Some(uid) = &self.target_pod_uid {
+                    self.delete_pod(&self.target_pod, Some(uid)).await?;
+                }
                 if o.route == RouteAt::Source {
                     self.apply(When::TargetGone).await?;
                 }
@@ -317,7 +373,11 @@ impl Run {
 
     /// The VM's ports on the target too (programmed before the pod exists), then the
     /// target launcher pod, pinned to the target node, waiting for the incoming migration.
-    async fn create_target(&self, m: &VirtualMachineMigration) -> Result<()> {
+    async fn create_target(
+        &self,
+        m: &mut VirtualMachineMigration,
+        st: &mut VirtualMachineMigrationStatus,
+    ) -> Result<()> {
         let Some(ip) = &self.target_ip else {
             return Ok(());
         };
@@ -341,11 +401,14 @@ impl Run {
         let name = m.name_any();
         let l = self.target_spec(ip, &name, &nics);
         let pod = launcher_pod(&self.ctx.config.vm, &self.vm, &l)?;
-        let pod = match self.pods.create(&PostParams::default(), &pod).await {
-            Ok(p) => p,
-            Err(e) if Error::is_conflict(&e) => self.pods.get(&self.target_pod).await?,
-            Err(e) => return Err(e.into()),
-        };
+        // recorded before it exists: a restart in between finds the name claimed
+        st.target_pod_uid = Some(CREATING.into());
+        patch_status(&self.ctx, m, st).await?;
+        // a pod made between the look and this create is not ours: the next reconcile
+        // replaces it (CREATING is recorded)
+        let pod = self.pods.create(&PostParams::default(), &pod).await?;
+        st.target_pod_uid = pod.metadata.uid.clone();
+        patch_status(&self.ctx, m, st).await?;
         // with runners, the target's runner too (the new pod's UID is its)
         launchers::ensure_runner(&self.ctx, &self.vm, &l, pod).await?;
         Ok(())

@@ -188,10 +188,14 @@ async fn the_happy_path_step_by_step() {
                 "metadata": {"annotations": {"roam.dev/also-on": "node-b"}},
                 "spec": {"host": "node-a"},
             })),
+            // the target pod is claimed in the migration's status before it exists, then
+            // its UID recorded
+            status_patch(json!({"targetPod": "mig-target", "targetPodUID": "creating"})),
             Expect::post(format!("{PODS}?")).with(json!({
                 "metadata": {"name": "mig-target", "annotations": {"roam.dev/migration": "mig"}},
                 "spec": {"nodeName": "node-b"},
             })),
+            Expect::patch(format!("{MIGS}/mig/status?")),
             status_patch(json!({"phase": "TargetScheduling", "sourceNode": "node-a",
                                 "targetNode": "node-b", "sourcePod": "demo-launcher",
                                 "targetPod": "mig-target"})),
@@ -514,4 +518,49 @@ async fn a_restarted_controller_adopts_the_copy_in_flight_and_follows_its_events
     let seq = w.source.event(Lifecycle::SuspendedForMigration);
     w.source.handled(seq).await;
     w.api.done().await;
+}
+
+/// A pod a tenant made under the target's name before roam made its own: the migration
+/// fails before any memory moves, its reason naming the pod; the VM stays where it runs;
+/// roam deletes neither that pod nor the VM's own.
+#[tokio::test]
+async fn a_target_pod_roam_did_not_create_fails_the_migration_and_is_left_alone() {
+    let w = world("node-b").await;
+    let r = TestReconciler::new();
+    let mut forged = pod("mig-target", "node-b", json!({"roam.dev/migration": "mig"}));
+    forged.metadata.labels = Some([("roam.dev/launcher".to_string(), "true".to_string())].into());
+    w.api.put(&forged);
+    w.api.expect(Scenario::Free);
+    for _ in 0..4 {
+        w.reconcile(&r).await;
+        if w.phase().is_terminal() {
+            break;
+        }
+    }
+    let bodies = w.api.done().await;
+    let st = w.mig().status.unwrap_or_default();
+    assert_eq!(st.phase, Phase::Failed, "{st:?}");
+    let reason = st.reason.unwrap_or_default();
+    assert!(
+        reason.contains("mig-target") && reason.contains("did not create"),
+        "{reason}"
+    );
+    assert!(
+        !bodies.iter().any(|b| b["metadata"]["name"] == "mig-target"),
+        "no target pod created over it"
+    );
+    for p in ["mig-target", "demo-launcher"] {
+        assert!(
+            w.api
+                .get::<k8s_openapi::api::core::v1::Pod>(&format!("{PODS}/{p}"))
+                .is_some(),
+            "{p} is left alone"
+        );
+    }
+    let v: VirtualMachine = w.api.get(&format!("{VMS}/demo")).unwrap();
+    let vst = v.status.unwrap_or_default();
+    assert_eq!(
+        (vst.node.as_deref(), vst.pod.as_deref()),
+        (Some("node-a"), Some("demo-launcher"))
+    );
 }

@@ -41,10 +41,14 @@ async fn a_new_vm_claims_its_address_then_gets_its_launcher_pod() {
         Expect::get("/api/v1/namespaces/roam-system/secrets/roam-shim-token-vm-uid"),
         Expect::post("/api/v1/namespaces/roam-system/secrets?"),
         Expect::get("/api/v1/namespaces/ns/pods/demo-launcher"),
+        // the pod is claimed in the VM's status before it exists, then its UID recorded
+        Expect::patch(format!("{VMS}/demo/status?"))
+            .with(json!({"status": {"pod": "demo-launcher", "podUID": "creating"}})),
         Expect::post("/api/v1/namespaces/ns/pods?").with(json!({
             "metadata": {"name": "demo-launcher", "labels": {"roam.dev/launcher": "true"}},
             "spec": {"nodeName": "node-a", "hostNetwork": true},
         })),
+        Expect::patch(format!("{VMS}/demo/status?")),
         Expect::patch(format!("{VMS}/demo/status?")).with(json!({
             "status": {"phase": "Starting", "node": "node-a", "pod": "demo-launcher"},
         })),
@@ -59,7 +63,19 @@ async fn a_new_vm_claims_its_address_then_gets_its_launcher_pod() {
     );
     let ip = bodies[4]["spec"]["ip"].as_str().expect("an IP").to_string();
     assert!(ip.starts_with("10.1.0."), "{ip}");
+    let uid = bodies[11]["status"]["podUID"]
+        .as_str()
+        .expect("the pod's UID");
+    let pod: k8s_openapi::api::core::v1::Pod = api
+        .get("/api/v1/namespaces/ns/pods/demo-launcher")
+        .expect("the launcher pod");
+    assert_eq!(
+        pod.metadata.uid.as_deref(),
+        Some(uid),
+        "the created pod's UID"
+    );
     let st = status(&api, "demo");
+    assert_eq!(st.pod_uid.as_deref(), Some(uid), "kept by the last write");
     assert_eq!(st.phase, VmPhase::Starting);
     assert_eq!(st.interfaces[0].ip, ip);
     api.events(&["LauncherCreated"]).await;
@@ -97,7 +113,9 @@ async fn a_claim_that_loses_its_race_reads_the_winner_and_takes_another_ip() {
         Expect::get("/api/v1/namespaces/roam-system/secrets/roam-shim-token-vm-uid"),
         Expect::post("/api/v1/namespaces/roam-system/secrets?"),
         Expect::get("/api/v1/namespaces/ns/pods/demo-launcher"),
+        Expect::patch(format!("{VMS}/demo/status?")),
         Expect::post("/api/v1/namespaces/ns/pods?"),
+        Expect::patch(format!("{VMS}/demo/status?")),
         Expect::patch(format!("{VMS}/demo/status?"))
             .with(json!({"status": {"interfaces": [{"ip": "10.1.0.3"}]}})),
     ]));
@@ -513,12 +531,14 @@ async fn with_runners_a_new_vm_gets_an_unprivileged_launcher_pod_then_its_runner
         Expect::get("/api/v1/namespaces/roam-system/secrets/roam-shim-token-vm-uid"),
         Expect::post("/api/v1/namespaces/roam-system/secrets?"),
         Expect::get("/api/v1/namespaces/ns/pods/demo-launcher"),
+        Expect::patch(format!("{VMS}/demo/status?")),
         Expect::post("/api/v1/namespaces/ns/pods?").with(json!({
             "metadata": {"name": "demo-launcher", "labels": {"roam.dev/launcher": "true"}},
             "spec": {"nodeName": "node-a",
                      "securityContext": {"runAsNonRoot": true,
                                          "seccompProfile": {"type": "RuntimeDefault"}}},
         })),
+        Expect::patch(format!("{VMS}/demo/status?")),
         Expect::get(format!("{runners}/{runner}")),
         Expect::post(format!("{runners}?")).with(json!({
             "metadata": {"name": runner, "labels": {"roam.dev/runner": "true",
@@ -540,9 +560,9 @@ async fn with_runners_a_new_vm_gets_an_unprivileged_launcher_pod_then_its_runner
         .expect("reconcile");
     let bodies = api.done().await;
     assert!(
-        bodies[7]["spec"]["hostNetwork"].is_null(),
+        bodies[8]["spec"]["hostNetwork"].is_null(),
         "the launcher pod is not host-networked: {}",
-        bodies[7]
+        bodies[8]
     );
     let launcher: k8s_openapi::api::core::v1::Pod = api
         .get("/api/v1/namespaces/ns/pods/demo-launcher")
@@ -581,6 +601,9 @@ async fn with_runners_a_deleted_vm_waits_for_its_runner_to_go() {
         "/api/v1/namespaces/roam-system/pods?&labelSelector=roam.dev%2Fvm-uid%3Dvm-uid";
     api.expect(Scenario::Steps(vec![
         Expect::get(pods_of_vm),
+        // the pods the VM's runners run for, whatever their labels say
+        Expect::get(runners_of_vm),
+        Expect::get("/api/v1/namespaces/ns/pods/demo-launcher"),
         Expect::get(runners_of_vm),
         Expect::get("/api/v1/namespaces/ns/pods/demo-launcher"),
         Expect::delete(format!("/api/v1/namespaces/roam-system/pods/{runner}?")),
@@ -598,6 +621,7 @@ async fn with_runners_a_deleted_vm_waits_for_its_runner_to_go() {
     let token = "/api/v1/namespaces/roam-system/secrets/roam-shim-token-vm-uid";
     api.expect(Scenario::Steps(vec![
         Expect::get(pods_of_vm),
+        Expect::get(runners_of_vm),
         Expect::get(runners_of_vm),
         Expect::delete(format!("{token}?")),
         Expect::patch(format!("{VMS}/demo?")).with(json!({"metadata": {"finalizers": []}})),
@@ -663,4 +687,120 @@ async fn runner_reconciled(
         .expect("reconcile");
     api.done().await;
     api.get::<k8s_openapi::api::core::v1::Pod>(path).is_some()
+}
+
+/// A pod a tenant made under the launcher's name, with roam's labels and the VM as its
+/// controlling owner: roam neither uses nor deletes it; the VM waits (Pending,
+/// `LauncherInTheWay`, an Event naming the pod) and no runner is made for it.
+#[tokio::test]
+async fn a_pod_roam_did_not_create_is_not_the_vms_launcher() {
+    let (ctx, api) = super::super::fixtures::context_with(
+        with_runners(),
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a"],
+        &[],
+    );
+    api.put(&node("node-a", "127.0.0.1"));
+    api.put(&token_secret());
+    let mut v = vm();
+    v.spec.node = Some("node-a".into());
+    api.put(&v);
+    let mut forged = pod("demo-launcher", "node-a", json!({}));
+    forged.metadata.labels = Some(
+        [("roam.dev/launcher", "true"), ("roam.dev/vm", "demo")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    forged.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "roam.dev/v1alpha1".into(),
+            kind: "VirtualMachine".into(),
+            name: "demo".into(),
+            uid: "vm-uid".into(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        },
+    ]);
+    api.put(&forged);
+    let runner = crate::core::launcher::runner_name("ns", "demo-launcher");
+    api.expect(Scenario::Steps(vec![
+        Expect::patch(format!("{VMS}/demo?")),
+        Expect::get("/api/v1/nodes/node-a"),
+        Expect::post("/apis/roam.dev/v1alpha1/addresses?"),
+        Expect::get("/apis/roam.dev/v1alpha1/virtualmachines?"),
+        Expect::get("/api/v1/namespaces/roam-system/secrets/roam-shim-token-vm-uid"),
+        Expect::get("/api/v1/namespaces/ns/pods/demo-launcher"),
+        // is a runner of roam's bound to it? none
+        Expect::get(format!("/api/v1/namespaces/roam-system/pods/{runner}")),
+        Expect::patch(format!("{VMS}/demo/status?")).with(json!({"status": {
+            "phase": "Pending",
+            "conditions": [{"type": "Ready", "status": "False", "reason": "LauncherInTheWay"}],
+        }})),
+    ]));
+    let action = reconcile(Arc::new(v), ctx.clone())
+        .await
+        .expect("reconcile");
+    api.done().await;
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(10))
+    );
+    let st = status(&api, "demo");
+    let why = &st.conditions[0].message;
+    assert!(
+        why.contains("demo-launcher") && why.contains("did not create"),
+        "{why}"
+    );
+    assert_eq!(
+        st.pod_uid, None,
+        "nothing recorded for a pod roam did not make"
+    );
+    api.events(&["LauncherInTheWay"]).await;
+    assert!(
+        api.get::<k8s_openapi::api::core::v1::Pod>("/api/v1/namespaces/ns/pods/demo-launcher")
+            .is_some(),
+        "the tenant's pod is left alone"
+    );
+}
+
+/// A creation roam recorded (`creating`) but whose pod's UID it never wrote (a restart in
+/// between): the pod under the name may be roam's or another's, and nothing runs in it yet;
+/// it is deleted — that very pod, by UID — and made again at the next reconcile.
+#[tokio::test]
+async fn an_unrecorded_creation_is_deleted_by_uid_and_made_again() {
+    let (ctx, api) = context(
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a"],
+        &[],
+    );
+    api.put(&node("node-a", "127.0.0.1"));
+    api.put(&token_secret());
+    let mut v = vm();
+    v.spec.node = Some("node-a".into());
+    v.status = Some(crate::api::VirtualMachineStatus {
+        pod: Some("demo-launcher".into()),
+        pod_uid: Some(crate::core::adoption::CREATING.into()),
+        shim_port: Some(17000),
+        ..Default::default()
+    });
+    api.put(&v);
+    api.put(&pod("demo-launcher", "node-a", json!({})));
+    api.expect(Scenario::Steps(vec![
+        Expect::patch(format!("{VMS}/demo?")),
+        Expect::get("/api/v1/nodes/node-a"),
+        Expect::post("/apis/roam.dev/v1alpha1/addresses?"),
+        Expect::get("/api/v1/namespaces/roam-system/secrets/roam-shim-token-vm-uid"),
+        Expect::get("/api/v1/namespaces/ns/pods/demo-launcher"),
+        Expect::delete("/api/v1/namespaces/ns/pods/demo-launcher?")
+            .with(json!({"preconditions": {"uid": "demo-launcher-uid"}})),
+    ]));
+    let action = reconcile(Arc::new(v), ctx.clone())
+        .await
+        .expect("reconcile");
+    api.done().await;
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(1))
+    );
 }
