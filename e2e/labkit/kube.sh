@@ -85,7 +85,7 @@ kube_up() {
   log "kube-apiserver ready in $(elapsed "$t0") s"
   "$KUBE_BIN/kube-controller-manager" --kubeconfig="$KUBECONFIG_PATH" \
     --authentication-kubeconfig="$KUBECONFIG_PATH" --authorization-kubeconfig="$KUBECONFIG_PATH" \
-    --controllers=namespace,garbagecollector,serviceaccount,serviceaccount-token,deployment,replicaset,daemonset,clusterrole-aggregation,persistentvolume-binder,pvc-protection,pv-protection \
+    --controllers=namespace,garbagecollector,serviceaccount,serviceaccount-token,deployment,replicaset,daemonset,clusterrole-aggregation,persistentvolume-binder,pvc-protection,pv-protection,resourcequota \
     --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" --use-service-account-credentials=false \
     --leader-elect=false --bind-address=127.0.0.1 --secure-port=0 --port=0 --logtostderr=true --v=1 \
     >"$KDIR/logs/kube-controller-manager.log" 2>&1 9>&- &

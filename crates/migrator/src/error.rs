@@ -264,6 +264,22 @@ impl Error {
         matches!(e, kube::Error::Api(s) if s.code == 409)
     }
 
+    /// A ResourceQuota's refusal of a create (a 403 from the quota admission, "exceeded
+    /// quota" or "failed quota": a quota that asks for limits the pod does not set): its
+    /// message, which names the quota and what was requested, used and limited.
+    pub fn quota_refusal(e: &kube::Error) -> Option<String> {
+        match e {
+            kube::Error::Api(s)
+                if s.code == 403
+                    && (s.message.contains("exceeded quota")
+                        || s.message.contains("failed quota")) =>
+            {
+                Some(s.message.clone())
+            }
+            _ => None,
+        }
+    }
+
     /// Whether a Kubernetes error is a 404.
     pub fn is_not_found(e: &kube::Error) -> bool {
         matches!(e, kube::Error::Api(s) if s.code == 404)

@@ -304,6 +304,16 @@ fn ovn_tls(
             return Ok(None);
         }
         (Some(ca), Some(cert), Some(key)) => {
+            for (flag, file) in [("ovn-ca", &ca), ("ovn-cert", &cert), ("ovn-key", &key)] {
+                anyhow::ensure!(
+                    std::path::Path::new(file).exists(),
+                    "--{flag} {file} does not exist: OVN's databases are reached over ssl: with \
+                     the CA and this controller's client certificate; create the Secret \
+                     roam-system/roam-ovn-tls (ca.crt, tls.crt, tls.key: README, \"OVN over \
+                     TLS\"), which the Deployment mounts at /etc/roam/ovn-tls, or give a tcp: \
+                     ROAM_NB and empty ROAM_OVN_CA, ROAM_OVN_CERT and ROAM_OVN_KEY"
+                );
+            }
             roam_ovsdb::TlsSettings::from_pem_files(&roam_ovsdb::TlsFiles {
                 ca: ca.into(),
                 cert: cert.into(),

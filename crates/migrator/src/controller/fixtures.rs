@@ -100,6 +100,9 @@ struct ServerState {
     /// The bodies sent, in order (Events apart).
     bodies: Vec<Value>,
     failures: Vec<String>,
+    /// Creates (POST to a collection path) the server refuses: (path, code, message), as an
+    /// admission plugin would (a ResourceQuota's 403).
+    refusals: Vec<(String, u16, String)>,
     /// The Events published: (namespace, reason).
     events: Vec<(String, String)>,
 }
@@ -172,6 +175,7 @@ fn includes(actual: &Value, want: &Value) -> bool {
 
 fn status(code: u16, message: &str) -> Value {
     let reason = match code {
+        403 => "Forbidden",
         404 => "NotFound",
         409 => "Conflict",
         _ => "InternalError",
@@ -352,7 +356,14 @@ impl ApiServerVerifier {
                                 }
                             }
                         }
-                        st.serve(&parts.method, &path, &body)
+                        match st
+                            .refusals
+                            .iter()
+                            .find(|(p, ..)| parts.method == Method::POST && *p == path)
+                        {
+                            Some((_, code, message)) => (*code, status(*code, message)),
+                            None => st.serve(&parts.method, &path, &body),
+                        }
                     }
                 };
                 let resp = Response::builder()
@@ -367,6 +378,14 @@ impl ApiServerVerifier {
     }
 
     /// Store `obj` (any Kubernetes object) as the API server would hold it.
+    /// Refuse every create in collection `path` with `code` and `message` (as an admission
+    /// plugin would), from now on.
+    pub(super) fn refuse_creates(&self, path: &str, code: u16, message: &str) {
+        let mut st = self.state.lock().expect("server state");
+        st.refusals
+            .push((path.to_string(), code, message.to_string()));
+    }
+
     pub(super) fn put<K: serde::Serialize>(&self, obj: &K) {
         let mut v = serde_json::to_value(obj).expect("an object");
         let mut st = self.state.lock().expect("server state");

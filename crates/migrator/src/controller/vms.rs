@@ -570,6 +570,16 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
     let pod = match ensure_launcher(&ctx, &vm, &mut st, &spec).await {
         Ok(Launcher::Pod(p)) => *p,
         Ok(Launcher::Replaced) => return Ok(Action::requeue(Duration::from_secs(1))),
+        Ok(Launcher::OverQuota(why)) => {
+            let why = format!(
+                "the launcher pod, which requests the VM's CPU and memory, does not fit the \
+                 namespace's quota: {why}"
+            );
+            tracing::info!(vm = %vm_key(&vm), %why, "over quota");
+            wait_pending(&ctx, &vm, st, "QuotaExceeded", why).await?;
+            // a quota raised or freed is not watched: look again
+            return Ok(Action::requeue(Duration::from_secs(15)));
+        }
         Ok(Launcher::InTheWay(why)) => {
             tracing::warn!(vm = %vm_key(&vm), %why, "launcher pod in the way");
             wait_pending(&ctx, &vm, st, "LauncherInTheWay", why).await?;
@@ -735,6 +745,8 @@ enum Launcher {
     Replaced,
     /// A pod roam did not create holds the name (why).
     InTheWay(String),
+    /// The namespace's ResourceQuota refused the pod (the quota admission's words).
+    OverQuota(String),
 }
 
 /// The VM's launcher pod, created if missing, with its runner made; only a pod roam created
@@ -784,7 +796,13 @@ async fn ensure_launcher(
     record_pod(ctx, vm, st, &spec.pod, Some(CREATING)).await?;
     // a pod made between the look and this create is not ours: the next reconcile replaces
     // it (CREATING is recorded)
-    let created = pods_api.create(&PostParams::default(), &pod).await?;
+    let created = match pods_api.create(&PostParams::default(), &pod).await {
+        Ok(p) => p,
+        Err(e) => match Error::quota_refusal(&e) {
+            Some(why) => return Ok(Launcher::OverQuota(why)),
+            None => return Err(e.into()),
+        },
+    };
     record_pod(ctx, vm, st, &spec.pod, created.metadata.uid.as_deref()).await?;
     let addrs: Vec<String> = spec
         .nics

@@ -18,6 +18,12 @@ use super::{key_of, vms};
 use crate::api::{Address, VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus};
 use crate::controller::{Context, failpoint, launchers, ovn};
 use crate::core::adoption::{Adoption, CREATING, Found, adoption};
+use crate::core::vm::readiness::{condition, set_condition};
+
+/// The migration's condition about its target launcher pod, and its reason when the
+/// namespace's quota refused the pod.
+const TARGET_LAUNCHER: &str = "TargetLauncher";
+const QUOTA_EXCEEDED: &str = "QuotaExceeded";
 use crate::core::launcher::{LauncherSpec, Mode, launcher_pod, launcher_trouble, shim_url, vm_key};
 use crate::core::migration::observe::{
     guest_at, guest_on_target, is_shim_of, job, live, pod_running, record_landing, record_progress,
@@ -204,7 +210,13 @@ impl Run {
         st: &mut VirtualMachineMigrationStatus,
     ) -> Result<(Option<Pod>, Option<String>)> {
         let Some(p) = self.pods.get_opt(&self.target_pod).await? else {
-            return Ok((None, None));
+            // the namespace's quota refused it: the migration ends, the VM stays
+            let refused = st
+                .conditions
+                .iter()
+                .find(|c| c.type_ == TARGET_LAUNCHER && c.reason == QUOTA_EXCEEDED)
+                .map(|c| c.message.clone());
+            return Ok((None, refused));
         };
         let has_runner = launchers::has_runner(&self.ctx, &p).await?;
         let uid = p.metadata.uid.clone().unwrap_or_default();
@@ -406,7 +418,30 @@ impl Run {
         patch_status(&self.ctx, m, st).await?;
         // a pod made between the look and this create is not ours: the next reconcile
         // replaces it (CREATING is recorded)
-        let pod = self.pods.create(&PostParams::default(), &pod).await?;
+        let pod = match self.pods.create(&PostParams::default(), &pod).await {
+            Ok(p) => p,
+            Err(e) => match Error::quota_refusal(&e) {
+                Some(why) => {
+                    tracing::info!(migration = %self.key, %why, "the target pod is over quota");
+                    set_condition(
+                        &mut st.conditions,
+                        condition(
+                            TARGET_LAUNCHER,
+                            false,
+                            QUOTA_EXCEEDED,
+                            &format!(
+                                "target pod {} does not fit the namespace's quota (during a \
+                                 migration the VM has two launcher pods): {why}",
+                                self.target_pod
+                            ),
+                            None,
+                        ),
+                    );
+                    return patch_status(&self.ctx, m, st).await;
+                }
+                None => return Err(e.into()),
+            },
+        };
         st.target_pod_uid = pod.metadata.uid.clone();
         patch_status(&self.ctx, m, st).await?;
         // with runners, the target's runner too (the new pod's UID is its)

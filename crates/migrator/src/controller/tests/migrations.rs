@@ -564,3 +564,33 @@ async fn a_target_pod_roam_did_not_create_fails_the_migration_and_is_left_alone(
         (Some("node-a"), Some("demo-launcher"))
     );
 }
+
+/// A target pod the namespace's ResourceQuota refuses (during a migration a VM has two
+/// launcher pods): the migration fails with the quota's words; the VM stays where it runs.
+#[tokio::test]
+async fn a_target_pod_over_quota_fails_the_migration() {
+    let w = world("node-b").await;
+    let r = TestReconciler::new();
+    w.api.refuse_creates(
+        PODS,
+        403,
+        "pods \"mig-target\" is forbidden: exceeded quota: small, requested: requests.memory=448Mi, used: requests.memory=448Mi, limited: requests.memory=600Mi",
+    );
+    w.api.expect(Scenario::Free);
+    for _ in 0..4 {
+        w.reconcile(&r).await;
+        if w.phase().is_terminal() {
+            break;
+        }
+    }
+    w.api.done().await;
+    let st = w.mig().status.unwrap_or_default();
+    assert_eq!(st.phase, Phase::Failed, "{st:?}");
+    let reason = st.reason.unwrap_or_default();
+    assert!(
+        reason.contains("exceeded quota: small") && reason.contains("two launcher pods"),
+        "{reason}"
+    );
+    let v: VirtualMachine = w.api.get(&format!("{VMS}/demo")).unwrap();
+    assert_eq!(v.status.unwrap_or_default().node.as_deref(), Some("node-a"));
+}

@@ -804,3 +804,46 @@ async fn an_unrecorded_creation_is_deleted_by_uid_and_made_again() {
         kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(1))
     );
 }
+
+const QUOTA: &str = "pods \"demo-launcher\" is forbidden: exceeded quota: small, requested: requests.memory=448Mi, used: requests.memory=0, limited: requests.memory=300Mi";
+
+/// A launcher pod the namespace's ResourceQuota refuses: the VM waits (Pending,
+/// `QuotaExceeded` quoting the quota, an Event), nothing runs; once the quota lets it, the pod
+/// is made.
+#[tokio::test]
+async fn a_vm_over_its_namespaces_quota_waits_naming_the_quota() {
+    let (ctx, api) = context(
+        &[network("net", "10.1.0.0/24", "2024-01-01T00:00:00Z")],
+        &["node-a"],
+        &[],
+    );
+    api.put(&node("node-a", "127.0.0.1"));
+    api.put(&token_secret());
+    let mut v = vm();
+    v.spec.node = Some("node-a".into());
+    api.put(&v);
+    api.refuse_creates("/api/v1/namespaces/ns/pods", 403, QUOTA);
+    api.expect(Scenario::Free);
+    let action = reconcile(Arc::new(v), ctx.clone())
+        .await
+        .expect("reconcile");
+    api.done().await;
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(15))
+    );
+    let st = status(&api, "demo");
+    assert_eq!(st.phase, VmPhase::Pending);
+    let c = &st.conditions[0];
+    assert_eq!(c.reason, "QuotaExceeded");
+    assert!(
+        c.message.contains("exceeded quota: small") && c.message.contains("requests.memory=300Mi"),
+        "{}",
+        c.message
+    );
+    api.events(&["QuotaExceeded"]).await;
+    assert!(
+        api.get::<k8s_openapi::api::core::v1::Pod>("/api/v1/namespaces/ns/pods/demo-launcher")
+            .is_none()
+    );
+}

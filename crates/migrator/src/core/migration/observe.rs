@@ -41,10 +41,11 @@ pub fn record_target_trouble(st: &mut VirtualMachineMigrationStatus, trouble: Op
             &mut st.conditions,
             condition(TYPE, false, "LauncherFailing", t, None),
         ),
+        // (only the trouble this records: a refusal recorded elsewhere stands)
         None if st
             .conditions
             .iter()
-            .any(|c| c.type_ == TYPE && c.status == "False") =>
+            .any(|c| c.type_ == TYPE && c.status == "False" && c.reason == "LauncherFailing") =>
         {
             set_condition(
                 &mut st.conditions,
