@@ -47,10 +47,16 @@ fn pod_memory(pid: u32) -> u64 {
     let v1 = cg.lines().find_map(|l| {
         let mut f = l.splitn(3, ':');
         let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
-        controllers.split(',').any(|c| c == "memory").then_some(path)
+        controllers
+            .split(',')
+            .any(|c| c == "memory")
+            .then_some(path)
     });
     let (file, dir) = match v1 {
-        Some(path) => ("memory.usage_in_bytes", format!("/sys/fs/cgroup/memory{path}")),
+        Some(path) => (
+            "memory.usage_in_bytes",
+            format!("/sys/fs/cgroup/memory{path}"),
+        ),
         None => {
             let path = cg.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
             ("memory.current", format!("/sys/fs/cgroup{path}"))
@@ -152,7 +158,9 @@ fn a_namespaces_quota_bounds_its_vms() {
         .map(bytes)
         .sum();
     let q = get(&lab, &["-n", NS, "get", "resourcequota", "small"]).unwrap();
-    let used = q["status"]["used"]["requests.memory"].as_str().unwrap_or("0");
+    let used = q["status"]["used"]["requests.memory"]
+        .as_str()
+        .unwrap_or("0");
     wait_until(LONG, "the quota counting the launcher", || {
         let q = get(&lab, &["-n", NS, "get", "resourcequota", "small"])?;
         (bytes(q["status"]["used"]["requests.memory"].as_str()?) == requested).then_some(())

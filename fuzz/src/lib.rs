@@ -1256,5 +1256,131 @@ pub fn net_parsers(data: &[u8]) {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Disk images, VM and migration specs, node certificate requests
+// ---------------------------------------------------------------------------------------
+
+/// `disk_image`: a disk image's first bytes as a tenant writes them ([`roam_disk_image::inspect`]),
+/// declared raw and qcow2.
+///
+/// Invariants: an answer for any bytes; an accepted image is within the size limit; an
+/// accepted qcow2 image names no backing file (offset and length zero), sets no external
+/// data file bit, and probes as qcow2; an accepted raw image probes as raw and its virtual
+/// size is the file's.
+pub fn disk_image(data: &[u8]) {
+    use roam_disk_image::{Format, Limits, Probed, inspect, probe};
+    let limits = Limits {
+        max_virtual_size: 1 << 40,
+    };
+    let file_size = data.len() as u64 + u64::from(data.first().copied().unwrap_or(0)) * 4096;
+    for declared in [Format::Raw, Format::Qcow2] {
+        let Ok(image) = inspect(data, file_size, declared, &limits) else {
+            continue;
+        };
+        assert_eq!(image.format, declared);
+        assert!(image.virtual_size <= limits.max_virtual_size);
+        match declared {
+            Format::Raw => {
+                assert_eq!(probe(data), Probed::Raw);
+                assert_eq!(image.virtual_size, file_size);
+            }
+            Format::Qcow2 => {
+                assert_eq!(probe(data), Probed::Qcow2);
+                assert_eq!(&data[8..20], &[0u8; 12], "no backing file");
+                if data[4..8] == 3u32.to_be_bytes() {
+                    assert_eq!(data[79] & 0b100, 0, "no external data file");
+                }
+            }
+        }
+    }
+}
+
+/// `vm_spec`: a VirtualMachine or VirtualMachineMigration as a tenant writes it (JSON), its
+/// spec checked as the controller checks it before creating anything
+/// ([`roam_migrator::core::vm::validate::problems`], [`roam_migrator::core::migration::validate::accept`]).
+///
+/// Invariants: an answer for any object; a VM spec with no problem has a CPU count and
+/// memory within the shim's bounds and boot paths that are absolute and plain (under the
+/// image store); a migration that is accepted names a target other than the VM's node.
+pub fn vm_spec(data: &[u8]) {
+    use roam_migrator::api::{VirtualMachine, VirtualMachineMigration};
+    let Some(s) = text(data) else { return };
+    if let Ok(vm) = serde_json::from_str::<VirtualMachine>(s) {
+        let problems = roam_migrator::core::vm::validate::problems(
+            "ns",
+            vm.metadata.name.as_deref().unwrap_or("vm"),
+            &vm.spec,
+            Some("/var/lib/roam/images"),
+        );
+        if problems.is_empty() {
+            assert!((1..=roam_shim_api::limits::MAX_VCPUS).contains(&vm.spec.cpu));
+            assert!(
+                (roam_shim_api::limits::MIN_MEMORY_MIB..=roam_shim_api::limits::MAX_MEMORY_MIB)
+                    .contains(&vm.spec.memory_mib)
+            );
+            let v = serde_json::to_value(&vm.spec.boot).expect("a boot source");
+            for path in ["kernel", "initrd", "image"]
+                .iter()
+                .filter_map(|k| {
+                    v.pointer(&format!("/kernel/{k}"))
+                        .or(v.pointer(&format!("/disk/{k}")))
+                })
+                .filter_map(|p| p.as_str())
+            {
+                assert!(path.starts_with("/var/lib/roam/images/"), "{path}");
+                assert!(!path.split('/').any(|c| c == ".."), "{path}");
+            }
+        }
+    }
+    if let Ok(m) = serde_json::from_str::<VirtualMachineMigration>(s) {
+        let vm: VirtualMachine = serde_json::from_value(json!({
+            "apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
+            "metadata": {"name": m.spec.vm, "namespace": "ns"},
+            "spec": {"cpu": 1, "memoryMiB": 64, "boot": {"kernel": {"kernel": "/k"}}},
+            "status": {"phase": "Running", "node": "node-a", "pod": "p"},
+        }))
+        .expect("a VM");
+        let mut st = Default::default();
+        if let Ok(target) = roam_migrator::core::migration::validate::accept(&m, Some(&vm), &mut st)
+        {
+            assert_ne!(target, "node-a");
+        }
+    }
+}
+
+/// `node_csr`: a CertificateSigningRequest's request as a node (or anyone) files it
+/// ([`roam_pki::review`]), as the requester `system:node:node-a` of `system:nodes`.
+///
+/// Invariants: an answer for any bytes; a request that passes asks for exactly CN=node-a.
+pub fn node_csr(data: &[u8]) {
+    let groups = ["system:nodes".to_string()];
+    let requester = roam_pki::Requester {
+        username: "system:node:node-a",
+        groups: &groups,
+    };
+    let facts = |n: &str| {
+        Some(roam_pki::NodeFacts {
+            name: n.to_string(),
+            addresses: vec![],
+        })
+    };
+    if let Ok((csr, node)) = roam_pki::review(data, requester, facts) {
+        assert_eq!(node.name, "node-a");
+        let cn = csr
+            .params
+            .distinguished_name
+            .iter()
+            .map(|(t, v)| format!("{t:?}={v:?}"))
+            .collect::<Vec<_>>();
+        assert_eq!(cn.len(), 1, "{cn:?}");
+    }
+    // anyone else, whatever the request: refused
+    let other = roam_pki::Requester {
+        username: "system:serviceaccount:ns:sa",
+        groups: &[],
+    };
+    assert!(roam_pki::review(data, other, facts).is_err());
+}
+
 #[cfg(test)]
 mod tests;

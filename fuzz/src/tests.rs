@@ -25,6 +25,9 @@ const TARGETS: &[(&str, Target)] = &[
     ("dhcp_rfc3442", super::dhcp_rfc3442),
     ("dhcp_ovn_options", super::dhcp_ovn_options),
     ("net_parsers", super::net_parsers),
+    ("disk_image", super::disk_image),
+    ("vm_spec", super::vm_spec),
+    ("node_csr", super::node_csr),
 ];
 
 /// Mutated inputs per target, and random ones.
@@ -177,6 +180,9 @@ target_tests!(
     dhcp_rfc3442,
     dhcp_ovn_options,
     net_parsers,
+    disk_image,
+    vm_spec,
+    node_csr,
 );
 
 /// Every target has a test above, a binary in Cargo.toml, a fuzz_targets file and seeds.
@@ -319,4 +325,44 @@ fn seeds_reach_the_checks() {
         let v = serde_json::from_slice(&seed("ovsdb_monitor_update", name)).unwrap();
         roam_ovsdb::parse_table_updates2(&v).unwrap();
     }
+    // the disk image seeds: one accepted plain qcow2, one refused for its backing file
+    let limits = roam_disk_image::Limits::default();
+    let plain = seed("disk_image", "plain.qcow2");
+    assert!(
+        roam_disk_image::inspect(&plain, 1 << 20, roam_disk_image::Format::Qcow2, &limits).is_ok()
+    );
+    let backing = seed("disk_image", "backing.qcow2");
+    assert!(matches!(
+        roam_disk_image::inspect(&backing, 1 << 20, roam_disk_image::Format::Qcow2, &limits),
+        Err(roam_disk_image::Error::BackingFile { .. })
+    ));
+    // the VM seeds pass the controller's checks; the migration seed is accepted
+    for name in ["vm.json", "volume.json"] {
+        let vm: roam_migrator::api::VirtualMachine =
+            serde_json::from_str(&seed_text("vm_spec", name)).unwrap();
+        let problems = roam_migrator::core::vm::validate::problems(
+            "ns",
+            "vm",
+            &vm.spec,
+            Some("/var/lib/roam/images"),
+        );
+        assert_eq!(problems, Vec::<String>::new(), "{name}");
+    }
+    let m: roam_migrator::api::VirtualMachineMigration =
+        serde_json::from_str(&seed_text("vm_spec", "vmim.json")).unwrap();
+    assert_eq!(m.spec.target_node.as_deref(), Some("node-b"));
+    // the node-a request passes the review as node-a's
+    let groups = ["system:nodes".to_string()];
+    let asker = roam_pki::Requester {
+        username: "system:node:node-a",
+        groups: &groups,
+    };
+    let facts = |n: &str| {
+        Some(roam_pki::NodeFacts {
+            name: n.to_string(),
+            addresses: vec![],
+        })
+    };
+    assert!(roam_pki::review(&seed("node_csr", "node-a.pem"), asker, facts).is_ok());
+    assert!(roam_pki::review(&seed("node_csr", "node-b.pem"), asker, facts).is_err());
 }
