@@ -94,7 +94,7 @@ fn a_namespaces_quota_bounds_its_vms() {
     kubectl(&lab, &["create", "namespace", NS]);
     let net = json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network",
         "metadata": {"name": NET},
-        "spec": {"subnet": "100.165.0.0/24", "transitSubnet": "169.254.165.0/24",
+        "spec": {"subnet": "100.166.0.0/24", "transitSubnet": "169.254.166.0/24",
                  "poolSizePerNode": 1, "namespaces": [NS]}});
     roam_e2e::kubectl_manifest(&lab, "create", &net).expect("create the Network");
     roam_e2e::kubectl_manifest(&lab, "create", &quota("100Mi")).expect("create the quota");
