@@ -128,7 +128,8 @@ fn main() {
             let net: Network = serde_json::from_value(json!({
                 "apiVersion": "roam.dev/v1alpha1", "kind": "Network",
                 "metadata": {"name": name, "labels": {"roam.dev/test": "h5-bench"}},
-                "spec": {"subnet": subnet, "transitSubnet": transit, "poolSizePerNode": pool}
+                "spec": {"subnet": subnet, "transitSubnet": transit, "poolSizePerNode": pool,
+                         "namespaces": [NS]}
             }))
             .unwrap();
             nets.create(&PostParams::default(), &net)

@@ -129,7 +129,10 @@ impl Drop for KubeFixture {
     }
 }
 
-fn network(name: &str, label: &str, spec: Value) -> Value {
+/// Network `name` of the test labelled `label` (its controller's `--network-selector`),
+/// that the test's namespace `ns` may attach to.
+fn network(name: &str, ns: &str, label: &str, mut spec: Value) -> Value {
+    spec["namespaces"] = json!([ns]);
     json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network",
            "metadata": {"name": name, "labels": {"roam.dev/test": label}}, "spec": spec})
 }
@@ -314,6 +317,7 @@ fn pool_claim_soft_delete_reuse_on_the_other_node_reclaim_and_restart() {
         "create",
         &[network(
             net,
+            ns,
             label,
             json!({"subnet": "100.140.1.0/24", "transitSubnet": "169.254.140.0/24",
             "poolSizePerNode": 3, "refillPeriodSeconds": 2, "mtu": 1400}),
@@ -642,6 +646,7 @@ fn bad_input_is_refused_reported_and_claims_nothing() {
         "create",
         &[network(
             "h5-bad",
+            ns,
             label,
             json!({"subnet": "100.140.2.0/24", "transitSubnet": "169.254.141.0/24", "poolSizePerNode": 2}),
         )],
@@ -654,37 +659,44 @@ fn bad_input_is_refused_reported_and_claims_nothing() {
         &[
             network(
                 "h5-bad-overlap",
+                ns,
                 label,
                 json!({"subnet": "100.140.2.128/25", "transitSubnet": "169.254.142.0/24"}),
             ),
             network(
                 "h5-bad-vlan0",
+                ns,
                 label,
                 json!({"mode": "underlay", "vlan": 0, "subnet": "100.140.4.0/24"}),
             ),
             network(
                 "h5-bad-vlan4095",
+                ns,
                 label,
                 json!({"mode": "underlay", "vlan": 4095, "subnet": "100.140.5.0/24"}),
             ),
             network(
                 "h5-bad-tiny",
+                ns,
                 label,
                 json!({"subnet": "100.140.3.0/30", "transitSubnet": "169.254.143.0/24", "poolSizePerNode": 0}),
             ),
             network(
                 "h5-bad-excl",
+                ns,
                 label,
                 json!({"subnet": "100.140.7.0/24", "transitSubnet": "169.254.144.0/24",
                        "excluded": ["100.140.8.0/28"]}),
             ),
             network(
                 "h5-bad-mtu",
+                ns,
                 label,
                 json!({"subnet": "100.140.10.0/24", "transitSubnet": "169.254.145.0/24", "mtu": 9001}),
             ),
             network(
                 "h5-bad-grace",
+                ns,
                 label,
                 json!({"subnet": "100.140.11.0/24", "transitSubnet": "169.254.146.0/24",
                        "reclaimGraceSeconds": 0}),
@@ -976,6 +988,7 @@ fn two_controllers_racing_1000_claims_hand_out_no_ip_twice() {
         "create",
         &[network(
             net,
+            ns,
             label,
             json!({"subnet": "100.141.0.0/20", "transitSubnet": "169.254.141.0/24", "poolSizePerNode": 10}),
         )],
@@ -1106,6 +1119,7 @@ fn vlan_network_static_and_dhcp_addresses() {
         "create",
         &[network(
             net,
+            ns,
             label,
             json!({"mode": "underlay", "vlan": 140, "subnet": "100.142.140.0/24",
             "gateway": "100.142.140.254", "poolSizePerNode": 2, "physnet": "h5phys"}),
@@ -1393,6 +1407,7 @@ fn controller_runs_under_its_least_privilege_service_account() {
         "create",
         &[network(
             net,
+            ns,
             label,
             json!({"subnet": "100.160.0.0/24", "transitSubnet": "169.254.160.0/24",
             "poolSizePerNode": 2, "refillPeriodSeconds": 2, "mtu": 1400}),

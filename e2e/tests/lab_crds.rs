@@ -49,12 +49,24 @@ async fn crds_install_and_the_address_name_locks_the_ip() {
             mtu: None,
             physnet: None,
             transit_subnet: None,
+            namespaces: vec!["default".into()],
+            namespace_selector: Some(
+                serde_json::from_value(serde_json::json!({
+                    "matchLabels": {"team": "web"},
+                    "matchExpressions": [{"key": "env", "operator": "In", "values": ["prod"]}],
+                }))
+                .expect("a LabelSelector"),
+            ),
+            all_namespaces: false,
+            service_classes: Some(vec!["telephony".into(), "network-control".into()]),
         },
     );
-    networks
+    let created = networks
         .create(&PostParams::default(), &net)
         .await
         .expect("create Network");
+    // the access fields are in the schema: the API server keeps them (nothing pruned)
+    assert_eq!(created.spec, net.spec, "the Network as stored");
 
     let addresses: Api<Address> = Api::all(client.clone());
     let ip = Ipv4Addr::new(100, 64, 7, 9);

@@ -114,7 +114,8 @@ async fn pods_run_on_both_nodes_with_logs_exec_and_cleanup() {
         &lab,
         "create",
         &json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network", "metadata": {"name": NET},
-                "spec": {"subnet": "100.161.0.0/24", "transitSubnet": "169.254.161.0/24"}}),
+                "spec": {"subnet": "100.161.0.0/24", "transitSubnet": "169.254.161.0/24",
+                         "namespaces": [ns]}}),
     )
     .expect("create the Network");
     // the namespace's default ServiceAccount (kube-controller-manager) must exist first

@@ -103,7 +103,8 @@ fn vms_go_where_the_schedulers_constraints_allow() {
     kubectl(&lab, &["create", "namespace", NS]);
     let net = json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network",
         "metadata": {"name": NET},
-        "spec": {"subnet": "100.159.0.0/24", "transitSubnet": "169.254.159.0/24", "poolSizePerNode": 1}});
+        "spec": {"subnet": "100.159.0.0/24", "transitSubnet": "169.254.159.0/24", "poolSizePerNode": 1,
+                 "namespaces": [NS]}});
     roam_e2e::kubectl_manifest(&lab, "create", &net).expect("create the Network");
     let (kernel, initrd) = lab.guest();
 

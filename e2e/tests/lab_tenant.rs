@@ -99,7 +99,8 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
     kubectl(&lab, &["create", "namespace", NS]);
     let net = json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network",
         "metadata": {"name": NET},
-        "spec": {"subnet": "100.163.0.0/24", "transitSubnet": "169.254.163.0/24", "poolSizePerNode": 2}});
+        "spec": {"subnet": "100.163.0.0/24", "transitSubnet": "169.254.163.0/24", "poolSizePerNode": 2,
+                 "namespaces": [NS]}});
     roam_e2e::kubectl_manifest(&lab, "create", &net).expect("create the Network");
     kubectl(&lab, &["-n", NS, "create", "serviceaccount", SA]);
     kubectl(

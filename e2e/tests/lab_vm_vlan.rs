@@ -276,7 +276,8 @@ fn vms_on_vlans_and_with_two_interfaces_live_migrate_keeping_their_addresses() {
         lab: &lab,
         ctl: &ctl,
     };
-    let net = |name: &str, spec: Value| {
+    let net = |name: &str, mut spec: Value| {
+        spec["namespaces"] = json!([NS]);
         json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network",
                "metadata": {"name": name, "labels": {"roam.dev/test": "v8"}}, "spec": spec})
     };

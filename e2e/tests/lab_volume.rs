@@ -274,7 +274,8 @@ fn a_vm_boots_from_its_namespaces_volume_and_only_from_inside_it() {
     kubectl(&lab, &["create", "namespace", NS]);
     let net = json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network",
         "metadata": {"name": NET},
-        "spec": {"subnet": "100.162.0.0/24", "transitSubnet": "169.254.162.0/24", "poolSizePerNode": 1}});
+        "spec": {"subnet": "100.162.0.0/24", "transitSubnet": "169.254.162.0/24", "poolSizePerNode": 1,
+                 "namespaces": [NS]}});
     roam_e2e::kubectl_manifest(&lab, "create", &net).expect("create the Network");
 
     // a claim that does not exist: the VM waits, nothing is created

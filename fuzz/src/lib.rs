@@ -1161,6 +1161,7 @@ fn spec_of_lines(s: &str) -> NetworkSpec {
         mtu: None,
         physnet: None,
         transit_subnet: None,
+        ..Default::default()
     }
 }
 

@@ -107,8 +107,11 @@ pub enum Error {
         waited_secs: u64,
     },
     /// roam-controller published no addresses for the pod and said why (`roam.dev/error`):
-    /// its `roam.dev/interfaces` asks for something no Network gives, or its range is
-    /// exhausted. Reported at once rather than after the annotation timeout.
+    /// its `roam.dev/interfaces` asks for something no Network gives, a Network that does not
+    /// admit the pod's namespace or the service class it asks for, or its range is
+    /// exhausted. Reported at once rather than after the annotation timeout. A pod whose own
+    /// annotation forges a refusal only fails itself: addresses that check out are plumbed
+    /// whatever it says, and nothing else ever is.
     #[error("roam-controller gives pod {namespace}/{pod} no addresses: {reason}")]
     Refused {
         /// The pod's namespace.
@@ -309,9 +312,11 @@ impl Error {
                 one that names other addresses starts once it has; do not set \
                 roam.dev/addresses by hand"
                 .into(),
-            Error::Refused { .. } => "fix the pod's roam.dev/interfaces or the Network it \
-                names (the pod's Events say the same); the runtime retries, and the pod starts \
-                once roam-controller publishes its addresses"
+            Error::Refused { .. } => "fix the pod's roam.dev/interfaces, or the Network it \
+                names: a cluster admin lets the pod's namespace attach (the Network's \
+                namespaces, namespaceSelector or allNamespaces) or allows the service class it \
+                asks for (serviceClasses); the message and the pod's Events say which. The \
+                runtime retries, and the pod starts once roam-controller publishes its addresses"
                 .into(),
             Error::NoSuchInterface { .. } => "roam-cni plumbs every interface the annotation \
                 lists in one ADD; CNI_IFNAME must be one of them (normally eth0)"

@@ -9,10 +9,11 @@ use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use roam_contract::annotation::{PodAddress, parse_addresses};
-use roam_contract::keys::{ADDRESSES, ERROR_ANNOTATION, LAUNCHER_LABEL};
+use roam_contract::keys::{ADDRESSES, LAUNCHER_LABEL};
 use roam_contract::owner::{owner_key, refs_of};
 
 use crate::error::{Error, Result};
+use crate::trust::{Verdict, verdict};
 
 async fn client(kubeconfig: &Path) -> Result<kube::Client> {
     let kc = Kubeconfig::read_from(kubeconfig)
@@ -71,6 +72,7 @@ pub async fn wait_addresses(
                 }
                 let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
                 let annotations = pod.metadata.annotations.unwrap_or_default();
+                let mut checked_out = None;
                 if let Some(v) = annotations.get(ADDRESSES) {
                     let list = parse_addresses(v).map_err(|source| Error::BadAnnotation {
                         namespace: namespace.into(),
@@ -80,17 +82,23 @@ pub async fn wait_addresses(
                     let owners = refs_of(pod.metadata.owner_references.as_ref());
                     let owner = owner_key(namespace, name, &labels, &owners);
                     match first_problem(&addresses, &list, &owner, node.as_deref()).await {
-                        Ok(None) => return Ok(Attachment::Addresses(list)),
+                        Ok(None) => checked_out = Some(list),
                         Ok(Some(p)) => not_the_pods = Some(p),
                         Err(e) => last_error = Some(e),
                     }
                 }
-                if let Some(reason) = annotations.get(ERROR_ANNOTATION) {
-                    return Err(Error::Refused {
-                        namespace: namespace.into(),
-                        pod: name.into(),
-                        reason: reason.clone(),
-                    });
+                match verdict(&annotations, checked_out.is_some()) {
+                    Verdict::Plumb => {
+                        return Ok(Attachment::Addresses(checked_out.unwrap_or_default()));
+                    }
+                    Verdict::Refused(reason) => {
+                        return Err(Error::Refused {
+                            namespace: namespace.into(),
+                            pod: name.into(),
+                            reason,
+                        });
+                    }
+                    Verdict::Wait => {}
                 }
             }
             Ok(Ok(None)) => {

@@ -459,6 +459,42 @@ fn every_error_has_its_code() {
     assert_eq!(j["cniVersion"], "1.1.0");
 }
 
+/// A pod whose Network does not admit its namespace (or the class it asks for): roam-cni
+/// fails the ADD at once with the spec's error JSON, roam's code for a refusal, the
+/// controller's reason as the message and what the admin can change as the details.
+#[test]
+fn a_refused_network_access_is_a_cni_error_saying_why() {
+    let reason = "pod team-b/web, interface eth0: namespace team-b may not attach to network \
+        net; a cluster admin adds team-b to the Network's spec.namespaces";
+    let e = Error::Refused {
+        namespace: "team-b".into(),
+        pod: "web".into(),
+        reason: reason.into(),
+    };
+    let j = error_json(
+        &e,
+        br#"{"cniVersion": "1.1.0", "name": "roam", "type": "roam-cni"}"#,
+    );
+    assert_eq!(j["cniVersion"], "1.1.0");
+    assert_eq!(j["code"], code::REFUSED);
+    assert!(
+        (100..).contains(&code::REFUSED),
+        "a plugin's own code, not one the spec reserves"
+    );
+    let msg = j["msg"].as_str().expect("msg");
+    assert!(msg.contains("team-b/web") && msg.ends_with(reason), "{msg}");
+    let details = j["details"].as_str().expect("details");
+    for needle in ["namespaces", "namespaceSelector", "serviceClasses"] {
+        assert!(details.contains(needle), "{needle}: {details}");
+    }
+    assert!(e.is_bad_input(), "not retried as a transient failure");
+    assert_eq!(
+        j.as_object().expect("an object").len(),
+        4,
+        "cniVersion, code, msg, details: {j}"
+    );
+}
+
 /// Bad input is reported with a code that names what to fix; everything else with a code the
 /// runtime retries on (or a STATUS or CHECK answer).
 #[test]

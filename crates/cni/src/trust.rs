@@ -4,8 +4,37 @@
 //! is writable by whoever creates the pod, so it is never trusted alone: a pod created with
 //! another workload's IP, MAC and port in it is plumbed with none of them.
 
+use std::collections::BTreeMap;
+
 use roam_contract::annotation::PodAddress;
+use roam_contract::keys::ERROR_ANNOTATION;
 use serde_json::Value;
+
+/// What to do with a pod once its `roam.dev/addresses` (if any) has been checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Its addresses are all its own: plumb them.
+    Plumb,
+    /// roam-controller refused it (`roam.dev/error`): fail the ADD at once with the reason.
+    Refused(String),
+    /// Nothing usable yet: look again until the deadline.
+    Wait,
+}
+
+/// The verdict on a pod with `annotations` whose addresses `checked_out` (every Address
+/// they name is the pod's). Addresses that check out win over a `roam.dev/error`: the pod's
+/// creator can write that annotation too, and a forged refusal must only ever fail its own
+/// pod, never stop what roam-controller published; the refusal counts only when nothing
+/// checks out, so a forged `roam.dev/addresses` beside a real refusal is refused too.
+pub fn verdict(annotations: &BTreeMap<String, String>, checked_out: bool) -> Verdict {
+    if checked_out {
+        return Verdict::Plumb;
+    }
+    match annotations.get(ERROR_ANNOTATION) {
+        Some(reason) => Verdict::Refused(reason.clone()),
+        None => Verdict::Wait,
+    }
+}
 
 /// What is wrong with `pa` given the Address object's `spec` (`None`: no such Address), for
 /// a pod whose owner key is `owner` on `node`; `None` when it is the pod's. `node` is
@@ -56,6 +85,25 @@ pub fn address_problem(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_refusal_counts_only_when_no_address_checks_out() {
+        let refused = BTreeMap::from([(
+            ERROR_ANNOTATION.to_string(),
+            "pod ns/web, interface eth0: namespace ns may not attach to network net".to_string(),
+        )]);
+        assert_eq!(
+            verdict(&refused, false),
+            Verdict::Refused(refused[ERROR_ANNOTATION].clone())
+        );
+        assert_eq!(
+            verdict(&refused, true),
+            Verdict::Plumb,
+            "published addresses win"
+        );
+        assert_eq!(verdict(&BTreeMap::new(), false), Verdict::Wait);
+        assert_eq!(verdict(&BTreeMap::new(), true), Verdict::Plumb);
+    }
 
     fn pa() -> PodAddress {
         serde_json::from_value(json!({

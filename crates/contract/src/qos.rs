@@ -147,6 +147,27 @@ impl Marking {
     }
 }
 
+impl FromStr for ServiceClass {
+    type Err = UnknownServiceClass;
+
+    /// A class by its RFC name (`telephony`, `low-latency-data`) or an alias (`lowlatency`,
+    /// `bulk`); no drop precedence. Case and `_` vs `-` do not matter.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let norm = s.trim().to_ascii_lowercase().replace('_', "-");
+        match norm.as_str() {
+            "lowlatency" => Ok(ServiceClass::LowLatencyData),
+            "bulk" => Ok(ServiceClass::HighThroughputData),
+            n => ServiceClass::ALL
+                .iter()
+                .find(|c| c.name() == n)
+                .copied()
+                .ok_or_else(|| UnknownServiceClass {
+                    given: s.to_string(),
+                }),
+        }
+    }
+}
+
 impl FromStr for Marking {
     type Err = UnknownServiceClass;
 
@@ -156,27 +177,20 @@ impl FromStr for Marking {
         let unknown = || UnknownServiceClass {
             given: s.to_string(),
         };
-        let norm = s.trim().to_ascii_lowercase().replace('_', "-");
-        let (name, precedence) = match norm.split_once(':') {
+        let (name, precedence) = match s.split_once(':') {
             Some((n, p)) => (
-                n.to_string(),
+                n,
                 Some(
-                    p.parse::<u8>()
+                    p.trim()
+                        .parse::<u8>()
                         .ok()
                         .and_then(DropPrecedence::new)
                         .ok_or_else(unknown)?,
                 ),
             ),
-            None => (norm, None),
+            None => (s, None),
         };
-        let class = match name.as_str() {
-            "lowlatency" => ServiceClass::LowLatencyData,
-            "bulk" => ServiceClass::HighThroughputData,
-            n => *ServiceClass::ALL
-                .iter()
-                .find(|c| c.name() == n)
-                .ok_or_else(unknown)?,
-        };
+        let class: ServiceClass = name.parse().map_err(|_| unknown())?;
         if precedence.is_some() && class.af_class().is_none() {
             return Err(unknown());
         }
@@ -265,6 +279,20 @@ mod tests {
                 err.to_string().contains("network-control"),
                 "the error lists the valid classes"
             );
+        }
+    }
+
+    #[test]
+    fn a_class_alone_is_its_name_or_an_alias_without_a_drop_precedence() {
+        for c in ServiceClass::ALL {
+            assert_eq!(c.name().parse::<ServiceClass>(), Ok(c));
+            assert_eq!(c.name().to_uppercase().parse::<ServiceClass>(), Ok(c));
+        }
+        assert_eq!("lowlatency".parse(), Ok(ServiceClass::LowLatencyData));
+        assert_eq!("bulk".parse(), Ok(ServiceClass::HighThroughputData));
+        assert_eq!("Network_Control".parse(), Ok(ServiceClass::NetworkControl));
+        for bad in ["", "gold", "low-latency-data:1", "cs6", "ef"] {
+            assert!(bad.parse::<ServiceClass>().is_err(), "{bad}");
         }
     }
 

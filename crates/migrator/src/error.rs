@@ -134,6 +134,41 @@ pub enum Error {
         /// What uses it.
         what: String,
     },
+    /// A workload's namespace may not attach to the Network its interface asks for (the
+    /// Network's `namespaces`, `namespaceSelector`, `allNamespaces`).
+    #[error(
+        "{workload}, interface {interface}: namespace {namespace} may not attach to network \
+         {network}; a cluster admin adds {namespace} to the Network's spec.namespaces, labels \
+         the namespace to match its spec.namespaceSelector, or sets spec.allNamespaces: true"
+    )]
+    NetworkNotAllowed {
+        /// `pod namespace/name` or `virtual machine namespace/name`.
+        workload: String,
+        /// The interface.
+        interface: String,
+        /// The Network.
+        network: String,
+        /// The workload's namespace.
+        namespace: String,
+    },
+    /// An interface asks for a service class its Network does not allow (`serviceClasses`).
+    #[error(
+        "{workload}, interface {interface}: network {network} does not allow service class \
+         {class} (it allows {allowed}); ask for one of those, or a cluster admin lists {class} \
+         in the Network's spec.serviceClasses, with every other class it is to allow"
+    )]
+    ServiceClassNotAllowed {
+        /// `pod namespace/name` or `virtual machine namespace/name`.
+        workload: String,
+        /// The interface.
+        interface: String,
+        /// The Network.
+        network: String,
+        /// The class asked for.
+        class: String,
+        /// The classes the Network allows, comma-separated.
+        allowed: String,
+    },
     /// No free address is left in the Network's range.
     #[error(
         "network {network}: no free address left for node {node} (the range is exhausted); \
@@ -217,6 +252,8 @@ impl Error {
             Error::StaticIpOutsideSubnet { .. } => "StaticIpOutsideSubnet",
             Error::Taken { .. } => "AddressTaken",
             Error::ReservedMac { .. } => "ReservedMac",
+            Error::NetworkNotAllowed { .. } => "NetworkNotAllowed",
+            Error::ServiceClassNotAllowed { .. } => "ServiceClassNotAllowed",
             Error::Exhausted { .. } => "PoolExhausted",
             Error::Plan(_) => "InvalidTopology",
             Error::Ovn(_) => "OvnError",
@@ -242,6 +279,8 @@ impl Error {
             | Error::StaticIpOutsideSubnet { .. }
             | Error::Taken { .. }
             | Error::ReservedMac { .. }
+            | Error::NetworkNotAllowed { .. }
+            | Error::ServiceClassNotAllowed { .. }
             | Error::Exhausted { .. }
             | Error::Plan(_)
             | Error::InvalidVm { .. } => true,

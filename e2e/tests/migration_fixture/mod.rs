@@ -334,7 +334,7 @@ pub fn boot_with(lab: &Lab, n: &Names) -> Booted {
             json!({"apiVersion": "roam.dev/v1alpha1", "kind": "Network",
                    "metadata": {"name": net},
                    "spec": {"subnet": n.subnet, "transitSubnet": n.transit,
-                            "poolSizePerNode": 2}}),
+                            "poolSizePerNode": 2, "namespaces": [ns]}}),
             json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
                    "metadata": {"name": vmn, "namespace": ns},
                    "spec": {"cpu": 1, "memoryMiB": 256, "node": "node-a",

@@ -1,6 +1,6 @@
 //! `Network`: one overlay or VLAN (underlay) network that addresses come from.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -18,7 +18,7 @@ pub enum NetworkMode {
 }
 
 /// A network roam hands addresses out of. Cluster-scoped.
-#[derive(CustomResource, Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[kube(
     group = "roam.dev",
     version = "v1alpha1",
@@ -77,6 +77,26 @@ pub struct NetworkSpec {
     /// the others are given to nodes, one each, for good (see status `transit`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transit_subnet: Option<String>,
+    /// The namespaces whose pods and VMs may attach to this Network, by name. A namespace
+    /// may attach when it is named here, or matches `namespaceSelector`, or `allNamespaces`
+    /// is true; with none of the three given, no namespace may.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// The namespaces that may attach, by their labels (`matchLabels` and
+    /// `matchExpressions` with `In`, `NotIn`, `Exists`, `DoesNotExist`). An empty selector
+    /// (`{}`) matches every namespace, as in Kubernetes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// Every namespace may attach: a cluster-wide Network, e.g. the default overlay of plain
+    /// pods.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all_namespaces: bool,
+    /// The RFC 4594 service classes (`serviceClass` / `service_class`) its interfaces may
+    /// ask for, by name (`telephony`, `low-latency-data`, …, or the aliases `lowlatency` and
+    /// `bulk`). An interface without a class (DF, `standard`) is always allowed. Not given:
+    /// every class but `network-control` (CS6, the routing protocols' class).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_classes: Option<Vec<String>>,
 }
 
 /// What the controller observed of a Network.

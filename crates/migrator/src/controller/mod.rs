@@ -138,7 +138,12 @@ pub struct Context {
     pub node_identity: certs::ControllerIdentity,
     /// Namespaces' answers to the namespace selector, and when each was asked.
     scope: Mutex<std::collections::HashMap<String, (bool, std::time::Instant)>>,
+    /// Namespaces' labels (for the Networks' namespace selectors), and when each was read.
+    namespace_labels: Mutex<std::collections::HashMap<String, (Labels, std::time::Instant)>>,
 }
+
+/// A namespace's labels.
+type Labels = std::collections::BTreeMap<String, String>;
 
 /// How long a namespace's answer to the namespace selector is trusted: a namespace
 /// relabelled into (or out of) scope takes effect within this, at its objects' next event.
@@ -176,6 +181,7 @@ impl Context {
             watch: watch::State::default(),
             node_identity: certs::ControllerIdentity::default(),
             scope: Mutex::default(),
+            namespace_labels: Mutex::default(),
         };
         (Arc::new(ctx), flips_rx)
     }
@@ -209,6 +215,61 @@ impl Context {
             .expect("scope lock")
             .insert(ns.to_string(), (yes, std::time::Instant::now()));
         Ok(yes)
+    }
+
+    /// The labels of namespace `ns` (none if it does not exist), read with a LIST by name
+    /// (the permission `--namespace-selector` already needs) at most once per [`SCOPE_TTL`]:
+    /// a namespace relabelled to match a Network's selector may attach within it.
+    async fn namespace_labels(&self, ns: &str) -> Result<Labels, kube::Error> {
+        if let Some((labels, at)) = self.namespace_labels.lock().expect("labels lock").get(ns)
+            && at.elapsed() < SCOPE_TTL
+        {
+            return Ok(labels.clone());
+        }
+        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+            kube::Api::all(self.client.clone());
+        let lp = kube::api::ListParams::default().fields(&format!("metadata.name={ns}"));
+        let labels = api
+            .list_metadata(&lp)
+            .await?
+            .items
+            .into_iter()
+            .find(|n| n.metadata.name.as_deref() == Some(ns))
+            .and_then(|n| n.metadata.labels)
+            .unwrap_or_default();
+        self.namespace_labels
+            .lock()
+            .expect("labels lock")
+            .insert(ns.to_string(), (labels.clone(), std::time::Instant::now()));
+        Ok(labels)
+    }
+
+    /// Whether `owner`'s interfaces `resolved` may be given what they ask for, by their
+    /// Networks' access rules ([`crate::core::claim::may_use`]): `workload` (`pod ns/name`,
+    /// `virtual machine ns/name`) of namespace `ns`. The namespace's labels are read only
+    /// when a Network's selector decides.
+    pub(crate) async fn may_use(
+        &self,
+        workload: &str,
+        ns: &str,
+        owner: &str,
+        resolved: &[crate::core::claim::Resolved<'_>],
+    ) -> crate::Result<()> {
+        let labels = if resolved.iter().any(|r| r.network.access.needs_labels(ns)) {
+            self.namespace_labels(ns).await?
+        } else {
+            Labels::new()
+        };
+        let held: Vec<Arc<Address>> = {
+            let idx = self.index.lock().expect("index lock");
+            resolved
+                .iter()
+                .flat_map(|r| idx.of_network(&r.network.name))
+                .filter(|a| a.spec.owner.as_deref() == Some(owner))
+                .collect()
+        };
+        let specs: Vec<&crate::api::AddressSpec> = held.iter().map(|a| &a.spec).collect();
+        crate::core::claim::may_use(workload, ns, &labels, owner, resolved, &specs)
     }
 
     /// Record `a` (from a watch or our own write) and pass a host move on to the route

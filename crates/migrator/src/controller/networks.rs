@@ -120,11 +120,12 @@ pub(super) async fn pass(ctx: &Arc<Context>) -> Result<()> {
                     true,
                     "Valid",
                     format!(
-                        "{:?} network {} gateway {}, {} per node in the warm pool",
+                        "{:?} network {} gateway {}, {} per node in the warm pool; {}",
                         plan.mode,
                         plan.subnet(),
                         plan.gateway(),
-                        plan.pool_size
+                        plan.pool_size,
+                        plan.access.describe()
                     ),
                 )
                 .await?;
@@ -199,6 +200,11 @@ async fn guard_in_use(
         network: name.into(),
         fields: fields.join(", "),
         held,
+    };
+    // who may attach is nothing held Addresses depend on: the edit's rules apply at once
+    let served = NetworkPlan {
+        access: plan.access,
+        ..served
     };
     Ok((served, Some(refusal)))
 }

@@ -3,9 +3,11 @@
 //! decided again on conflict); then the Network's OVN ports are reconciled (batched, see
 //! [`super::ovn`]); then `roam.dev/addresses` is written on the pod for the CNI.
 //!
-//! Bad input (a malformed `roam.dev/interfaces`, no matching Network, a static IP outside the
-//! subnet or taken, an exhausted range) claims nothing for that pod: a Warning Event and the
-//! `roam.dev/error` annotation say why; other pods are unaffected.
+//! Bad input (a malformed `roam.dev/interfaces`, no matching Network, a Network that does not
+//! admit the pod's namespace or the class it asks for, a static IP outside the subnet or
+//! taken, an exhausted range) claims nothing for that pod: a Warning Event and the
+//! `roam.dev/error` annotation say why (roam-cni fails the pod's ADD with it at once); other
+//! pods are unaffected.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
@@ -167,6 +169,15 @@ pub(super) async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action
         Ok(r) => r,
         Err(e) => return report(&ctx, &pod, e).await,
     };
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    match ctx
+        .may_use(&format!("pod {key}"), ns, &owner, &resolved)
+        .await
+    {
+        Ok(()) => {}
+        Err(e) if e.is_bad_input() => return report(&ctx, &pod, e).await,
+        Err(e) => return Err(e),
+    }
     let mut held: Vec<Arc<Address>> = Vec::new();
     let mut tickets: BTreeMap<String, u64> = BTreeMap::new();
     let mut claimed_at = Instant::now();
@@ -274,11 +285,14 @@ async fn report(ctx: &Arc<Context>, pod: &Pod, e: Error) -> Result<Action> {
         }
         ctx.event(pod.object_ref(&()), true, e.reason(), "Claim", message);
     }
-    // the pool or a Network may change: look again later; a fixed annotation retriggers
+    // the pool, a Network or the namespace's labels may change: look again later; a fixed
+    // annotation retriggers
     Ok(match e {
-        Error::Exhausted { .. } | Error::NoNetwork { .. } | Error::Taken { .. } => {
-            Action::requeue(Duration::from_secs(10))
-        }
+        Error::Exhausted { .. }
+        | Error::NoNetwork { .. }
+        | Error::Taken { .. }
+        | Error::NetworkNotAllowed { .. }
+        | Error::ServiceClassNotAllowed { .. } => Action::requeue(Duration::from_secs(10)),
         _ => Action::await_change(),
     })
 }

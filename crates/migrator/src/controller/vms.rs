@@ -1,9 +1,9 @@
-//! The VirtualMachine controller: a VirtualMachine gets its Address (owner = the VM, claimed
-//! on the chosen node with the pod controller's claim code) and its OVN port **before** its
-//! launcher pod exists; then a host-network launcher pod pinned to that node runs roam-shim
-//! with everything it needs on its command line (MAC, OVN port, tap), so the shim never waits
-//! for an annotation. Status: phase, node, interfaces (ip/mac), the shim's port, a Ready
-//! condition, Events.
+//! The VirtualMachine controller: a VirtualMachine whose Networks admit its namespace and
+//! the classes it asks for gets its Address (owner = the VM, claimed on the chosen node with
+//! the pod controller's claim code) and its OVN port **before** its launcher pod exists; then
+//! a host-network launcher pod pinned to that node runs roam-shim with everything it needs
+//! on its command line (MAC, OVN port, tap), so the shim never waits for an annotation.
+//! Status: phase, node, interfaces (ip/mac), the shim's port, a Ready condition, Events.
 //!
 //! The annotation `roam.dev/migrate-to` is answered here too: it becomes a
 //! VirtualMachineMigration labelled `roam.dev/vm=<vm>` (see [`super::migrations`]) and is
@@ -520,6 +520,16 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
             return Ok(Action::await_change());
         }
     }
+    if st.migration.is_none()
+        && let Err(e) = may_use(&ctx, &vm).await
+    {
+        // a Network that does not admit the VM's namespace, or the class an interface asks
+        // for: nothing is claimed or created (the held interfaces of a running VM pass)
+        if e.is_bad_input() {
+            return refuse(&ctx, &vm, st, e).await;
+        }
+        return Err(e);
+    }
     // before anything exists for it: a deleted VM is held until it is gone from every node
     set_finalizer(&ctx, &vm, true).await?;
     if let Some(value) = vm.annotations().get(MIGRATE_TO).cloned() {
@@ -704,8 +714,27 @@ async fn place(
     Ok(None)
 }
 
+/// Whether the VM's interfaces may have their Networks and service classes
+/// ([`Context::may_use`]). Interfaces that name no usable Network pass here: the claim
+/// refuses them ([`claim_addresses`]).
+async fn may_use(ctx: &Context, vm: &VirtualMachine) -> Result<()> {
+    let key = vm_key(vm);
+    let plans = ctx.index.lock().expect("index lock").plans();
+    let Ok(resolved) = resolve_vm(&key, &vm.spec, &plans) else {
+        return Ok(());
+    };
+    ctx.may_use(
+        &format!("virtual machine {key}"),
+        &vm.namespace().unwrap_or_default(),
+        &key,
+        &resolved,
+    )
+    .await
+}
+
 /// Every interface's Address, claimed (or reused) on `node` before the pod exists, and its
-/// OVN port programmed; the interfaces are checked first, so bad input claims nothing.
+/// OVN port programmed; the interfaces are checked first (and their Networks' access rules
+/// in [`reconcile`], before this), so bad input claims nothing.
 async fn claim_addresses(
     ctx: &Arc<Context>,
     vm: &VirtualMachine,

@@ -135,6 +135,51 @@ pub fn resolve<'a>(
         .collect()
 }
 
+/// Whether `owner`'s interfaces may have what they ask for: each Network must admit the
+/// workload's `namespace` (labelled `labels`) and the service class the interface asks for
+/// ([`crate::core::network::access`]). Every interface is checked before any is claimed, so
+/// a refusal claims nothing. What the owner already holds stays its own: an interface whose
+/// live Address (`addresses`, the owner's and others') is on the Network is not asked again
+/// — a revoked namespace keeps its running workloads, their restarts and migrations; only
+/// new attachments are refused — and its class is checked only when it asks for another.
+pub fn may_use(
+    workload: &str,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    owner: &str,
+    resolved: &[Resolved<'_>],
+    addresses: &[&AddressSpec],
+) -> Result<()> {
+    use super::network::access::{may_attach, may_mark};
+    for r in resolved {
+        let f = &r.request.interface;
+        let held = addresses
+            .iter()
+            .find(|a| a.network == r.network.name && held_by(a, owner, &f.name) && is_live(a));
+        let access = &r.network.access;
+        if held.is_none() {
+            may_attach(
+                workload,
+                &f.name,
+                &r.network.name,
+                access,
+                namespace,
+                labels,
+            )?;
+        }
+        if held.is_none_or(|a| a.service_class != f.service_class) {
+            may_mark(
+                workload,
+                &f.name,
+                &r.network.name,
+                access,
+                f.service_class.as_deref(),
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// What an interface gets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {

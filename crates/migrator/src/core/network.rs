@@ -1,5 +1,8 @@
 //! A `Network` spec → a validated [`NetworkPlan`] (defaults filled in, every field checked),
-//! overlapping Networks, the nodes' transit addresses, and the OVN planner's input.
+//! overlapping Networks, the nodes' transit addresses, and the OVN planner's input; who may
+//! attach to it in [`access`].
+
+pub mod access;
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -68,6 +71,8 @@ pub struct NetworkPlan {
     pub physnet: String,
     /// Overlay: the transit network.
     pub transit: Ipv4Net,
+    /// Which namespaces may attach, and which service classes they may ask for.
+    pub access: access::Access,
 }
 
 impl NetworkPlan {
@@ -337,6 +342,7 @@ pub fn validate_network(name: &str, spec: &NetworkSpec) -> Result<NetworkPlan> {
              the next claimant at once",
         ));
     }
+    let access = access::validate_access(name, spec)?;
     let range = AddressRange {
         subnet,
         gateway,
@@ -354,6 +360,7 @@ pub fn validate_network(name: &str, spec: &NetworkSpec) -> Result<NetworkPlan> {
         dns,
         physnet,
         transit,
+        access,
     })
 }
 
@@ -528,18 +535,8 @@ mod tests {
 
     pub(crate) fn spec(subnet: &str) -> NetworkSpec {
         NetworkSpec {
-            mode: NetworkMode::Overlay,
-            vlan: None,
             subnet: subnet.into(),
-            gateway: None,
-            excluded: vec![],
-            pool_size_per_node: None,
-            refill_period_seconds: None,
-            reclaim_grace_seconds: None,
-            dns: vec![],
-            mtu: None,
-            physnet: None,
-            transit_subnet: None,
+            ..Default::default()
         }
     }
 

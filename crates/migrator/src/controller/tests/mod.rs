@@ -1,6 +1,7 @@
 //! The controllers' requests, checked against the mock API server of [`super::fixtures`]:
 //! builders of the test objects here, one module per controller.
 
+mod access;
 mod certs;
 mod migrations;
 mod networks;
@@ -12,12 +13,21 @@ use serde_json::json;
 
 use crate::api::{Address, Network, VirtualMachine};
 
-/// A Network (overlay unless `mode` says otherwise) created at `created` (RFC 3339).
+/// An overlay Network created at `created` (RFC 3339) that namespace `ns` may attach to.
 pub(super) fn network(name: &str, subnet: &str, created: &str) -> Network {
+    network_with(
+        name,
+        created,
+        json!({"subnet": subnet, "namespaces": ["ns"]}),
+    )
+}
+
+/// A Network with `spec`, created at `created` (RFC 3339).
+pub(super) fn network_with(name: &str, created: &str, spec: serde_json::Value) -> Network {
     let mut n: Network = serde_json::from_value(json!({
         "apiVersion": "roam.dev/v1alpha1", "kind": "Network",
         "metadata": {"name": name, "creationTimestamp": created, "generation": 1},
-        "spec": {"subnet": subnet},
+        "spec": spec,
     }))
     .expect("a Network");
     n.metadata.resource_version = Some("1".into());

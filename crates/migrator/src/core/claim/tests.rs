@@ -17,6 +17,7 @@ pub(crate) fn net() -> NetworkPlan {
         mtu: Some(1400),
         physnet: None,
         transit_subnet: None,
+        ..Default::default()
     };
     validate_network("ovl", &spec).unwrap()
 }
@@ -35,6 +36,7 @@ pub(crate) fn vlan_net() -> NetworkPlan {
         mtu: None,
         physnet: None,
         transit_subnet: None,
+        ..Default::default()
     };
     validate_network("v116", &spec).unwrap()
 }
@@ -108,6 +110,77 @@ fn resolve_finds_the_network_per_interface() {
 fn one<'a>(nets: &'a [NetworkPlan], json: Option<&str>) -> Resolved<'a> {
     let a = json.map(ann).unwrap_or_default();
     resolve("ns/p", &a, nets).unwrap().remove(0)
+}
+
+/// [`net`] admitting namespace `ns` only, with the default classes.
+fn net_for(ns: &str) -> NetworkPlan {
+    let mut n = net();
+    n.access.namespaces = [ns.to_string()].into();
+    n
+}
+
+#[test]
+fn a_new_attachment_is_checked_against_the_networks_access_and_a_held_one_is_not() {
+    let nets = vec![net_for("ns")];
+    let none = BTreeMap::new();
+    let r = vec![one(&nets, None)];
+    may_use("pod ns/p", "ns", &none, "ns:p", &r, &[]).expect("ns is named");
+    let e = may_use("pod other/p", "other", &none, "other:p", &r, &[]).unwrap_err();
+    assert_eq!(e.reason(), "NetworkNotAllowed", "{e}");
+    assert!(e.to_string().contains("namespace other"), "{e}");
+
+    // a class the Network does not allow, on an interface it admits
+    let cs6 = vec![one(
+        &nets,
+        Some(
+            r#"[{"mode":"overlay","interface":{"name":"eth0","service_class":"network-control"}}]"#,
+        ),
+    )];
+    let e = may_use("pod ns/p", "ns", &none, "ns:p", &cs6, &[]).unwrap_err();
+    assert_eq!(e.reason(), "ServiceClassNotAllowed", "{e}");
+
+    // what the owner already holds live on the Network stays its own (access revoked after
+    // it attached): not asked again, unless it asks for another class
+    let held = addr("node-a", 40, Some("other:p")).spec;
+    may_use("pod other/p", "other", &none, "other:p", &r, &[&held]).expect("held");
+    let e = may_use("pod other/p", "other", &none, "other:p", &cs6, &[&held]).unwrap_err();
+    assert_eq!(e.reason(), "ServiceClassNotAllowed", "{e}");
+    let mut held_cs6 = held.clone();
+    held_cs6.service_class = Some("network-control".into());
+    may_use("pod other/p", "other", &none, "other:p", &cs6, &[&held_cs6]).expect("unchanged");
+
+    // ... but not what it held once (released), another owner's or another interface's
+    let mut released = held.clone();
+    released.deleted = true;
+    let mut eth1 = held.clone();
+    eth1.interface = Some("eth1".into());
+    let someone_else = addr("node-a", 41, Some("other:q")).spec;
+    for h in [&released, &eth1, &someone_else] {
+        let e = may_use("pod other/p", "other", &none, "other:p", &r, &[h]).unwrap_err();
+        assert_eq!(e.reason(), "NetworkNotAllowed", "{h:?}");
+    }
+}
+
+#[test]
+fn every_interface_is_checked_before_any_is_claimed() {
+    let mut open = net_for("ns");
+    open.name = "open".into();
+    open.access.all_namespaces = true;
+    let mut closed = vlan_net();
+    closed.access.namespaces = ["elsewhere".to_string()].into();
+    let nets = vec![open, closed];
+    let r = resolve(
+        "ns/p",
+        &ann(r#"[{"mode":"overlay","interface":{"name":"eth0"}},
+                 {"mode":"underlay","interface":{"name":"eth1"},"vlan":{"tag":"116"}}]"#),
+        &nets,
+    )
+    .unwrap();
+    let e = may_use("pod ns/p", "ns", &BTreeMap::new(), "ns:p", &r, &[]).unwrap_err();
+    assert!(
+        e.to_string().contains("interface eth1") && e.to_string().contains("network v116"),
+        "the second interface's Network refuses: {e}"
+    );
 }
 
 #[test]
