@@ -185,10 +185,16 @@ impl ControllerProcess {
         self.get("/metrics").map(|(_, body)| body)
     }
 
-    /// GET `path` from its metrics address: the status code and the body (`None`: no
-    /// answer).
+    /// GET `path` from its metrics address, with the test ServiceAccount's token (which may
+    /// read `/metrics`): the status code and the body (`None`: no answer).
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
-        http_get(&self.metrics, path)
+        static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let token = TOKEN.get_or_init(|| {
+            let (ns, sa) = TEST_SA;
+            test_service_account(&self.lab);
+            crate::lab::service_account_token(&self.lab, ns, sa)
+        });
+        http_get_as(&self.metrics, path, Some(token))
     }
 
     /// Its resident set size in KiB, from `/proc/PID/status`.
@@ -601,12 +607,17 @@ impl Installed {
     /// GET `path` from pod `pod`'s metrics and probe port (host network: its node's
     /// address, port 9090).
     pub fn http(&self, pod: &str, path: &str) -> Option<(u16, String)> {
+        self.http_as(pod, path, None)
+    }
+
+    /// [`Installed::http`] with `Authorization: Bearer TOKEN` when `token` is given.
+    pub fn http_as(&self, pod: &str, path: &str, token: Option<&str>) -> Option<(u16, String)> {
         let node = self
             .pods()
             .into_iter()
             .find(|(p, _)| p == pod)
             .map(|(_, n)| n)?;
-        http_get(&format!("{}:9090", self.lab.node(&node).ip), path)
+        http_get_as(&format!("{}:9090", self.lab.node(&node).ip), path, token)
     }
 
     /// `kubectl get pods,deploy` and the Lease: what a failure message shows.
@@ -633,10 +644,18 @@ impl Installed {
 /// GET `path` from `addr` (`HOST:PORT`) over plain HTTP/1.1: the status code and the body
 /// (`None`: no answer).
 pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    http_get_as(addr, path, None)
+}
+
+/// [`http_get`] with `Authorization: Bearer TOKEN` when `token` is given.
+pub fn http_get_as(addr: &str, path: &str, token: Option<&str>) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n").as_bytes())
         .ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;

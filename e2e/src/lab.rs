@@ -404,6 +404,32 @@ pub fn kubectl(lab: &Lab, args: &[&str]) -> String {
     run(lab.kubectl(), &all)
 }
 
+/// Wait (up to `timeout`) for an Event of `reason` about object `name` in namespace `ns`.
+pub fn wait_for_event(lab: &Lab, timeout: std::time::Duration, ns: &str, reason: &str, name: &str) {
+    let selector = format!("reason={reason},involvedObject.name={name}");
+    wait_until(
+        timeout,
+        &format!("a {reason} Event about {ns}/{name}"),
+        || {
+            let found = try_kubectl(
+                lab,
+                &[
+                    "-n",
+                    ns,
+                    "get",
+                    "events",
+                    "--field-selector",
+                    &selector,
+                    "-o",
+                    "name",
+                ],
+            )
+            .ok()?;
+            (!found.trim().is_empty()).then_some(())
+        },
+    );
+}
+
 /// Run the lab's kubectl against the lab's API server; `Ok(stdout)` or `Err(stderr)`.
 pub fn try_kubectl(lab: &Lab, args: &[&str]) -> Result<String, String> {
     let mut all = vec!["--kubeconfig", lab.kubeconfig()];
@@ -589,6 +615,48 @@ pub fn node_try_run(lab: &Lab, node: &str, program: &str, args: &[&str]) -> Resu
 /// Kubernetes 1.20 put in the service account's Secret (the lab's kube-controller-manager
 /// creates it), written under the lab directory.
 pub fn service_account_kubeconfig(lab: &Lab, system_ns: &str, sa: &str) -> std::path::PathBuf {
+    let (secret, token) = service_account_secret(lab, system_ns, sa);
+    let s: serde_json::Value = serde_json::from_str(&kubectl(
+        lab,
+        &["-n", system_ns, "get", "secret", &secret, "-o", "json"],
+    ))
+    .expect("the token Secret as JSON");
+    let ca = s["data"]["ca.crt"]
+        .as_str()
+        .expect("ca.crt in the token Secret");
+    let server = kubectl(
+        lab,
+        &[
+            "config",
+            "view",
+            "--raw",
+            "--minify",
+            "-o",
+            "jsonpath={.clusters[0].cluster.server}",
+        ],
+    );
+    let kc = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "lab", "cluster": {"server": server.trim(), "certificate-authority-data": ca}}],
+        "users": [{"name": sa, "user": {"token": token.trim()}}],
+        "contexts": [{"name": sa, "context": {"cluster": "lab", "user": sa}}],
+        "current-context": sa,
+    });
+    let path = lab.dir().join(format!("{sa}.kubeconfig"));
+    std::fs::write(&path, kc.to_string()).expect("write the service account's kubeconfig");
+    path
+}
+
+/// The token of ServiceAccount `system_ns/sa` (from the Secret Kubernetes 1.20 made for it).
+pub fn service_account_token(lab: &Lab, system_ns: &str, sa: &str) -> String {
+    service_account_secret(lab, system_ns, sa)
+        .1
+        .trim()
+        .to_string()
+}
+
+/// The name of ServiceAccount `system_ns/sa`'s token Secret and the token, once there.
+fn service_account_secret(lab: &Lab, system_ns: &str, sa: &str) -> (String, String) {
     let secret = wait_until(
         std::time::Duration::from_secs(180),
         "the service account's token Secret",
@@ -624,33 +692,5 @@ pub fn service_account_kubeconfig(lab: &Lab, system_ns: &str, sa: &str) -> std::
             .filter(|t| !t.trim().is_empty())
         },
     );
-    let s: serde_json::Value = serde_json::from_str(&kubectl(
-        lab,
-        &["-n", system_ns, "get", "secret", &secret, "-o", "json"],
-    ))
-    .expect("the token Secret as JSON");
-    let ca = s["data"]["ca.crt"]
-        .as_str()
-        .expect("ca.crt in the token Secret");
-    let server = kubectl(
-        lab,
-        &[
-            "config",
-            "view",
-            "--raw",
-            "--minify",
-            "-o",
-            "jsonpath={.clusters[0].cluster.server}",
-        ],
-    );
-    let kc = serde_json::json!({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "lab", "cluster": {"server": server.trim(), "certificate-authority-data": ca}}],
-        "users": [{"name": sa, "user": {"token": token.trim()}}],
-        "contexts": [{"name": sa, "context": {"cluster": "lab", "user": sa}}],
-        "current-context": sa,
-    });
-    let path = lab.dir().join(format!("{sa}.kubeconfig"));
-    std::fs::write(&path, kc.to_string()).expect("write the service account's kubeconfig");
-    path
+    (secret, token)
 }

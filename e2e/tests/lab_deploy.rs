@@ -112,6 +112,54 @@ fn the_lab_runs_roam_installed_from_deploy() {
     }
 }
 
+/// The installed controller's `/metrics` (on the host network, so on every node's address)
+/// goes only to a token the API server says may get it: none is 401, a ServiceAccount
+/// without the ClusterRole `roam-metrics-reader` 403, one bound to it gets the figures. The
+/// probes stay open (the kubelet sends no token).
+#[test]
+fn metrics_go_only_to_a_token_allowed_to_read_them() {
+    let lab = Lab::get();
+    let roam = Installed::get(&lab);
+    let pod = roam.leader().expect("a leader");
+    let ns = "roam-system";
+    let manifest = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": "p14-scraper", "namespace": ns}},
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": "p14-nobody", "namespace": ns}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "p14-scraper"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "roam-metrics-reader"},
+         "subjects": [{"kind": "ServiceAccount", "name": "p14-scraper", "namespace": ns}]},
+    ]});
+    roam_e2e::kubectl_manifest(&lab, "apply", &manifest).expect("the scrapers");
+    let scraper = roam_e2e::service_account_token(&lab, ns, "p14-scraper");
+    let nobody = roam_e2e::service_account_token(&lab, ns, "p14-nobody");
+    let get = |token: Option<&str>| {
+        roam.http_as(&pod, "/metrics", token)
+            .expect("an answer from the metrics port")
+    };
+    let (code, body) = get(None);
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("roam-metrics-reader"), "{body}");
+    let (code, body) = get(Some("not-a-token"));
+    assert_eq!(code, 401, "{body}");
+    let (code, body) = get(Some(&nobody));
+    assert_eq!(code, 403, "{body}");
+    let (code, body) = get(Some(&scraper));
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains("roam_events_total") || body.contains("roam_addresses"),
+        "{body}"
+    );
+    assert_eq!(roam.http(&pod, "/healthz").map(|(c, _)| c), Some(200));
+    for name in ["p14-scraper", "p14-nobody"] {
+        let _ = try_kubectl(&lab, &["-n", ns, "delete", "serviceaccount", name]);
+    }
+    let _ = try_kubectl(&lab, &["delete", "clusterrolebinding", "p14-scraper"]);
+}
+
 /// `/readyz` of `ctl` once it has the wanted status code.
 fn readyz(ctl: &ControllerProcess, code: u16) -> String {
     wait_until_else(
@@ -609,6 +657,8 @@ fn roam_has_exactly_the_permissions_it_needs() {
         "virtualmachinemigrations.roam.dev/status [] [patch]",
         "virtualmachines.roam.dev/status [] [patch]",
         "networks.roam.dev/status [] [update patch]",
+        "tokenreviews.authentication.k8s.io [] [create]",
+        "subjectaccessreviews.authorization.k8s.io [] [create]",
     ];
     // a tenant's namespace: nothing of Secrets or ConfigMaps
     assert_eq!(

@@ -121,23 +121,7 @@ fn a_namespaces_quota_bounds_its_vms() {
         (v["status"]["phase"] == "Pending").then(|| c["message"].as_str().map(String::from))?
     });
     assert!(msg.contains("exceeded quota: small"), "{msg}");
-    wait_until(LONG, "a QuotaExceeded Event", || {
-        let e = try_kubectl(
-            &lab,
-            &[
-                "-n",
-                NS,
-                "get",
-                "events",
-                "--field-selector",
-                "reason=QuotaExceeded,involvedObject.name=q1",
-                "-o",
-                "name",
-            ],
-        )
-        .ok()?;
-        (!e.trim().is_empty()).then_some(())
-    });
+    roam_e2e::wait_for_event(&lab, LONG, NS, "QuotaExceeded", "q1");
     let pods = get(&lab, &["-n", NS, "get", "pods"]).unwrap();
     assert_eq!(pods["items"].as_array().map(Vec::len), Some(0), "{pods}");
     assert_eq!(qemu_pid("q1"), None);

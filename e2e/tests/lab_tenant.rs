@@ -415,23 +415,7 @@ fn nothing_is_adopted_by_name(lab: &Lab, kc: &Path, kernel: &str, initrd: &str) 
         msg.contains("t3-launcher") && msg.contains("did not create"),
         "{msg}"
     );
-    wait_until(LONG, "a LauncherInTheWay Event", || {
-        let e = try_kubectl(
-            lab,
-            &[
-                "-n",
-                NS,
-                "get",
-                "events",
-                "--field-selector",
-                "reason=LauncherInTheWay,involvedObject.name=t3",
-                "-o",
-                "name",
-            ],
-        )
-        .ok()?;
-        (!e.trim().is_empty()).then_some(())
-    });
+    roam_e2e::wait_for_event(lab, LONG, NS, "LauncherInTheWay", "t3");
     let runner = roam_migrator::core::launcher::runner_name(NS, "t3-launcher");
     assert!(
         get(lab, &["-n", "roam-system", "get", "pod", &runner]).is_none(),

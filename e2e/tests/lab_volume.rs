@@ -206,23 +206,7 @@ fn every_image_that_names_another_file_is_refused(lab: &Lab, dir: &std::path::Pa
         });
         assert_ne!(phase, "Running", "{name}");
         assert!(msg.contains(file), "{name}: {msg}");
-        wait_until(LONG, &format!("{name}'s LauncherFailing Event"), || {
-            let events = try_kubectl(
-                lab,
-                &[
-                    "-n",
-                    NS,
-                    "get",
-                    "events",
-                    "--field-selector",
-                    &format!("reason=LauncherFailing,involvedObject.name={name}"),
-                    "-o",
-                    "name",
-                ],
-            )
-            .ok()?;
-            (!events.trim().is_empty()).then_some(())
-        });
+        roam_e2e::wait_for_event(lab, LONG, NS, "LauncherFailing", name);
         assert_eq!(
             qemu_pids(&format!("guest={NS}_{name}")),
             Vec::<u32>::new(),

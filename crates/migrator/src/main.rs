@@ -6,7 +6,8 @@
 //! roam-controller [--kubeconfig PATH] [--nb ssl:HOST:PORT|tcp:HOST:PORT|unix:PATH]
 //!                 [--sb ssl:HOST:PORT|tcp:HOST:PORT|unix:PATH]
 //!                 [--ovn-ca PEM --ovn-cert PEM --ovn-key PEM [--ovn-server-name NAME]]
-//!                 [--metrics-addr HOST:PORT|off] [--leader-elect true|false]
+//!                 [--metrics-addr HOST:PORT|off] [--metrics-auth kubernetes|none]
+//!                 [--leader-elect true|false]
 //!                 [--lease-namespace NS] [--lease-name NAME] [--identity ID]
 //!                 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS]
 //!                 [--namespace-selector LABELS]
@@ -43,6 +44,8 @@ struct Flags {
     sb: Option<String>,
     ovn_tls: Option<roam_ovsdb::TlsSettings>,
     metrics_addr: Option<String>,
+    /// Whether `/metrics` asks the API server who may read it (default) or is open.
+    metrics_auth_open: bool,
     leader_elect: bool,
     lease_namespace: String,
     lease_name: String,
@@ -69,7 +72,7 @@ struct Flags {
 }
 
 const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] [--sb ENDPOINT] \
-[--ovn-ca PEM --ovn-cert PEM --ovn-key PEM [--ovn-server-name NAME]] [--metrics-addr ADDR|off] \
+[--ovn-ca PEM --ovn-cert PEM --ovn-key PEM [--ovn-server-name NAME]] [--metrics-addr ADDR|off] [--metrics-auth kubernetes|none] \
 [--leader-elect true|false] [--lease-namespace NS] [--lease-name NAME] [--identity ID] \
 [--network-selector LABELS] [--node-selector LABELS] [--pod-namespace NS] [--namespace-selector LABELS] [--event-namespace NS] [--concurrency N] [--claims-in-flight N] [--ovn-debounce-ms MS] \
 [--sweep-period-ms MS] [--launcher-image IMAGE] [--shim-ports LO-HI] \
@@ -93,6 +96,7 @@ fn parse() -> anyhow::Result<Flags> {
         "ovn-key",
         "ovn-server-name",
         "metrics-addr",
+        "metrics-auth",
         "leader-elect",
         "lease-namespace",
         "lease-name",
@@ -151,6 +155,14 @@ fn parse() -> anyhow::Result<Flags> {
             Some("off") => None,
             Some(a) => Some(a.to_string()),
             None => Some("0.0.0.0:9090".into()),
+        },
+        metrics_auth_open: match get("metrics-auth").as_deref() {
+            None | Some("kubernetes") => false,
+            Some("none") => true,
+            Some(v) => bail!(
+                "--metrics-auth {v:?}: kubernetes (a bearer token the API server allows to get \
+                 /metrics) or none (open to anyone who reaches the port)"
+            ),
         },
         leader_elect: match get("leader-elect").as_deref() {
             None | Some("true") => true,
@@ -376,11 +388,16 @@ async fn main() -> anyhow::Result<()> {
             .await
             .with_context(|| format!("listen for metrics on {a}"))?;
         tracing::info!(addr = %listener.local_addr()?, "metrics on /metrics, probes on /healthz and /readyz");
+        let auth = if flags.metrics_auth_open {
+            controller::metrics_auth::MetricsAuth::Open
+        } else {
+            controller::metrics_auth::MetricsAuth::kubernetes(client.clone())
+        };
         tokio::spawn(served.clone().serve(
             listener,
             client.clone(),
-            flags.nb.clone(),
-            flags.ovn_tls.clone(),
+            (flags.nb.clone(), flags.ovn_tls.clone()),
+            auth,
         ));
     }
     let config = Config {

@@ -1,5 +1,6 @@
-//! Prometheus metrics in the text exposition format, served over plain HTTP (`GET /metrics`,
-//! `GET /healthz`, `GET /readyz`: [`super::health`]) on `roam_shim_api::serve`, the hardened
+//! Prometheus metrics in the text exposition format, served over plain HTTP (`GET /metrics`
+//! to a client the API server allows, [`super::metrics_auth`]; `GET /healthz`,
+//! `GET /readyz`: [`super::health`]) on `roam_shim_api::serve`, the hardened
 //! HTTP/1.1 server every roam endpoint runs on, within [`limits`]. Small enough to write here
 //! rather than pull in a metrics stack: counters and two latency histograms; the address
 //! gauges are computed from the index at scrape time.
@@ -176,21 +177,42 @@ fn answer(
     serve::response(status, CONTENT_TYPE, body)
 }
 
-/// Serve `/metrics`, `/healthz` and `/readyz` on `listener` within [`limits`] until the task
-/// is dropped.
+/// Serve `/metrics` (to whom `auth` lets: [`super::metrics_auth`]), `/healthz` and `/readyz`
+/// on `listener` within [`limits`] until the task is dropped.
 pub async fn serve(
     listener: TcpListener,
     metrics: Metrics,
     health: Arc<super::health::Health>,
     gauges: impl Fn() -> Gauges + Send + Sync + 'static,
+    auth: super::metrics_auth::MetricsAuth,
 ) {
+    let gauges = Arc::new(gauges);
     serve::serve(
         listener,
         limits(),
         std::future::pending(),
         move |req: Request<Bytes>| {
-            let resp = answer(req.uri().path(), &metrics, &health, &gauges);
-            async move { resp }
+            let (metrics, health, gauges, auth) = (
+                metrics.clone(),
+                health.clone(),
+                gauges.clone(),
+                auth.clone(),
+            );
+            async move {
+                let path = req.uri().path();
+                if path == super::metrics_auth::METRICS_PATH {
+                    let header = req
+                        .headers()
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok());
+                    if let Err(r) = auth.check(header).await {
+                        let status =
+                            StatusCode::from_u16(r.status).unwrap_or(StatusCode::FORBIDDEN);
+                        return serve::response(status, CONTENT_TYPE, r.message);
+                    }
+                }
+                answer(path, &metrics, &health, &*gauges)
+            }
         },
     )
     .await;
@@ -224,9 +246,13 @@ mod tests {
         let health = Arc::new(super::super::health::Health::default());
         let metrics = Metrics::default();
         metrics.count("claims", "new");
-        let server = tokio::spawn(serve(listener, metrics, health.clone(), || {
-            vec![("ovl".into(), 3, 1, 0)]
-        }));
+        let server = tokio::spawn(serve(
+            listener,
+            metrics,
+            health.clone(),
+            || vec![("ovl".into(), 3, 1, 0)],
+            super::super::metrics_auth::MetricsAuth::Open,
+        ));
         let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
         let (status, head, body) = http(addr, &get("/metrics")).await;
         assert_eq!(status, 200, "{head}");

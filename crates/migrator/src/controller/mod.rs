@@ -28,6 +28,7 @@ pub mod index;
 mod launchers;
 pub mod leader;
 pub mod metrics;
+pub mod metrics_auth;
 mod migrations;
 mod networks;
 mod operator;
@@ -476,13 +477,13 @@ impl Served {
         self,
         listener: tokio::net::TcpListener,
         client: kube::Client,
-        nb: String,
-        tls: Option<roam_ovsdb::TlsSettings>,
+        (nb, tls): (String, Option<roam_ovsdb::TlsSettings>),
+        auth: metrics_auth::MetricsAuth,
     ) {
         let ctx = self.ctx.clone();
         let gauges = move || ctx.get().map(|c| gauges(c)).unwrap_or_default();
         tokio::join!(
-            metrics::serve(listener, self.metrics, self.health.clone(), gauges),
+            metrics::serve(listener, self.metrics, self.health.clone(), gauges, auth),
             health::probe(self.health, client, nb, tls),
         );
     }
