@@ -21,8 +21,8 @@
 //! The migration is encrypted and authenticated with the nodes' roam certificates: a capture
 //! of the node link during the first one holds a control string sent in clear between the
 //! nodes but not a marker the guest holds in memory (on its kernel command line); the
-//! launcher's libvirtd refuses plain TCP and a client whose certificate another CA signed,
-//! and takes one with node-a's certificate. Between the two legs the roam CA is replaced
+//! launcher's libvirtd refuses plain TCP, a client whose certificate another CA signed and
+//! another node's roam certificate, and takes one with node-a's certificate. Between the two legs the roam CA is replaced
 //! while the VM runs (README: Certificates rotate): every node gets a certificate of the new
 //! CA, the guest's TCP stream lives through it, and the way back migrates on the new
 //! certificates.
@@ -836,7 +836,8 @@ impl Capture {
 }
 
 /// The launcher's libvirtd on the target node (`status` is the VM's) takes TLS with a roam
-/// CA certificate only: plain TCP and a certificate of another CA are refused, node-a's own
+/// CA certificate of its own node or of the migration's source only: plain TCP, a
+/// certificate of another CA and another node's roam certificate are refused, node-a's own
 /// certificate is taken.
 fn libvirt_takes_only_roam_certificates(lab: &Lab, status: &serde_json::Value) {
     let node = status["node"].as_str().unwrap();
@@ -908,10 +909,49 @@ fn libvirt_takes_only_roam_certificates(lab: &Lab, status: &serde_json::Value) {
             .expect("node-a's identity")
     };
     let ok = virsh(&pki("node-a", &file("node.key"), &file("node.crt"), &ca));
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         ok.status.success(),
         "node-a's certificate must be taken: {}",
         String::from_utf8_lossy(&ok.stderr)
+    );
+    // a certificate of the roam CA for a node that is neither this runner's node nor the
+    // migration's source: refused (tls_allowed_dn_list), so one node's key opens no other
+    // node's VMs
+    let secret = |k: &str| {
+        kubectl(
+            lab,
+            &[
+                "-n",
+                "roam-system",
+                "get",
+                "secret",
+                "roam-ca",
+                "-o",
+                &format!("go-template={{{{index .data \"{k}\" | base64decode}}}}"),
+            ],
+        )
+    };
+    let roam_ca =
+        roam_pki::Ca::from_pem(&secret("ca.crt"), &secret("ca.key")).expect("the roam CA");
+    let facts = roam_pki::NodeFacts {
+        name: "node-x".into(),
+        addresses: vec![],
+    };
+    let (key, cert) = roam_pki::node_identity(
+        &roam_ca,
+        &facts,
+        std::time::SystemTime::now(),
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let other_node = virsh(&pki("node-x", &key, &cert, &ca));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        !other_node.status.success(),
+        "another node's roam certificate must be refused by {node}'s runner"
+    );
+    eprintln!(
+        "libvirtd refused another node's certificate: {}",
+        String::from_utf8_lossy(&other_node.stderr).trim()
     );
 }

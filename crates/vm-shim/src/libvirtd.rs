@@ -49,6 +49,9 @@ pub struct Args {
     pub pki_dir: Option<PathBuf>,
     /// The VM's disk image, checked and pinned for QEMU before libvirtd starts.
     pub disk: Option<Disk>,
+    /// The nodes whose roam certificates the TLS listener takes (`--allowed-peer`, repeated):
+    /// its own node and, on a migration's target, the source. Empty: any roam certificate.
+    pub allowed_peers: Vec<String>,
 }
 
 /// A disk image for `roam-shim libvirtd` to check and pin ([`crate::disk`]): the shim's own
@@ -66,7 +69,7 @@ pub struct Disk {
 }
 
 /// The usage line.
-pub const USAGE: &str = "roam-shim libvirtd --listen IP:PORT [--libvirtd PATH(/usr/sbin/libvirtd)] [--run-dir DIR(/run/libvirt)] [--pki-dir DIR] [--disk IMAGE [--disk-format raw|qcow2(qcow2)] [--disk-access read-only|read-write(read-write)] [--image-root DIR(/)]]";
+pub const USAGE: &str = "roam-shim libvirtd --listen IP:PORT [--libvirtd PATH(/usr/sbin/libvirtd)] [--run-dir DIR(/run/libvirt)] [--pki-dir DIR [--allowed-peer NODE]...] [--disk IMAGE [--disk-format raw|qcow2(qcow2)] [--disk-access read-only|read-write(read-write)] [--image-root DIR(/)]]";
 
 /// Parse `roam-shim libvirtd`'s flags (pure).
 pub fn parse(args: &[String]) -> Result<Args, String> {
@@ -75,6 +78,7 @@ pub fn parse(args: &[String]) -> Result<Args, String> {
     let mut run_dir = PathBuf::from(RUN_DIR);
     let mut pki_dir = None;
     let (mut image, mut format, mut read_only, mut root) = (None, None, None, None);
+    let mut allowed_peers = Vec::new();
     let absolute = |flag: &str, value: &str| {
         let d = PathBuf::from(value);
         if d.is_absolute() {
@@ -103,6 +107,20 @@ pub fn parse(args: &[String]) -> Result<Args, String> {
             "--libvirtd" => libvirtd = value.into(),
             "--run-dir" => run_dir = value.into(),
             "--pki-dir" => pki_dir = Some(absolute(flag, value)?),
+            "--allowed-peer" => {
+                // a node name (a DNS subdomain): it goes into libvirtd's configuration quoted
+                let ok = !value.is_empty()
+                    && value.len() <= 253
+                    && value.chars().all(|c| {
+                        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.'
+                    });
+                if !ok {
+                    return Err(format!(
+                        "--allowed-peer {value:?}: give a node's name (lowercase letters, digits, '-', '.')"
+                    ));
+                }
+                allowed_peers.push(value.clone());
+            }
             launch::flag::DISK => image = Some(absolute(flag, value)?),
             launch::flag::IMAGE_ROOT => root = Some(absolute(flag, value)?),
             launch::flag::DISK_FORMAT => format = Some(value.clone()),
@@ -141,12 +159,18 @@ pub fn parse(args: &[String]) -> Result<Args, String> {
         }
         None => None,
     };
+    if !allowed_peers.is_empty() && pki_dir.is_none() {
+        return Err(format!(
+            "--allowed-peer names the certificates the TLS listener takes: give --pki-dir; usage: {USAGE}"
+        ));
+    }
     Ok(Args {
         listen,
         libvirtd,
         run_dir,
         pki_dir,
         disk,
+        allowed_peers,
     })
 }
 
@@ -162,6 +186,7 @@ pub fn config(
     host_uuid: &str,
     run_dir: &Path,
     pki_dir: Option<&Path>,
+    allowed_peers: &[String],
 ) -> String {
     let ip = listen.ip().to_string();
     let network = match pki_dir {
@@ -182,11 +207,13 @@ pub fn config(
              tls_no_verify_certificate = 0\n\
              key_file = \"{key}\"\n\
              cert_file = \"{cert}\"\n\
-             ca_file = \"{ca}\"\n",
+             ca_file = \"{ca}\"\n\
+             {allowed}",
             port = listen.port(),
             key = p.join(NODE_KEY).display(),
             cert = p.join(NODE_CERT).display(),
             ca = p.join(CA_CERT).display(),
+            allowed = allowed_dn_list(allowed_peers),
         ),
     };
     format!(
@@ -203,6 +230,16 @@ pub fn config(
          log_outputs = \"3:stderr\"\n",
         run = run_dir.display(),
     )
+}
+
+/// `tls_allowed_dn_list` for the nodes `peers` (a roam node certificate's subject is
+/// `CN=<node>`); nothing for none (any certificate of the roam CA).
+fn allowed_dn_list(peers: &[String]) -> String {
+    if peers.is_empty() {
+        return String::new();
+    }
+    let dns: Vec<String> = peers.iter().map(|p| format!("\"CN={p}\"")).collect();
+    format!("tls_allowed_dn_list = [{}]\n", dns.join(", "))
 }
 
 /// The node's key, certificate and the CA bundle in its PKI directory (roam-node's names).
@@ -397,6 +434,7 @@ mod tests {
             "7d6f3b36-5a54-4b27-9f0c-3c3a4e2f9a10",
             Path::new("/run/libvirt"),
             None,
+            &[],
         );
         for line in [
             "host_uuid = \"7d6f3b36-5a54-4b27-9f0c-3c3a4e2f9a10\"",
@@ -415,6 +453,7 @@ mod tests {
             "u",
             Path::new("/r"),
             None,
+            &[],
         );
         assert!(c.contains("listen_addr = \"fd00::1\""), "{c}");
     }
@@ -426,6 +465,7 @@ mod tests {
             "u",
             Path::new("/run/libvirt"),
             Some(Path::new("/var/lib/roam/pki")),
+            &[],
         );
         for line in [
             "listen_tls = 1",
@@ -449,6 +489,69 @@ mod tests {
         .unwrap();
         assert_eq!(a.pki_dir, Some(PathBuf::from("/var/lib/roam/pki")));
         assert!(parse(&s(&["--listen", "10.0.0.11:1", "--pki-dir", "pki"])).is_err());
+        assert!(
+            !c.contains("tls_allowed_dn_list"),
+            "any roam certificate: {c}"
+        );
+    }
+
+    #[test]
+    fn only_the_named_nodes_certificates_open_the_daemon() {
+        let a = parse(&s(&[
+            "--listen",
+            "10.0.0.12:1",
+            "--pki-dir",
+            "/p",
+            "--allowed-peer",
+            "node-b",
+            "--allowed-peer",
+            "node-a",
+        ]))
+        .unwrap();
+        assert_eq!(a.allowed_peers, vec!["node-b", "node-a"]);
+        let c = config(
+            a.listen,
+            "u",
+            &a.run_dir,
+            a.pki_dir.as_deref(),
+            &a.allowed_peers,
+        );
+        assert!(
+            c.lines()
+                .any(|l| l == "tls_allowed_dn_list = [\"CN=node-b\", \"CN=node-a\"]"),
+            "{c}"
+        );
+        for (args, says) in [
+            (
+                vec!["--listen", "10.0.0.1:1", "--allowed-peer", "node-a"],
+                "give --pki-dir",
+            ),
+            (
+                vec![
+                    "--listen",
+                    "10.0.0.1:1",
+                    "--pki-dir",
+                    "/p",
+                    "--allowed-peer",
+                    "n\", x",
+                ],
+                "a node's name",
+            ),
+            (
+                vec![
+                    "--listen",
+                    "10.0.0.1:1",
+                    "--pki-dir",
+                    "/p",
+                    "--allowed-peer",
+                    "",
+                ],
+                "a node's name",
+            ),
+        ] {
+            let e = parse(&s(&args)).unwrap_err();
+            assert!(e.contains(says), "{args:?}: {e}");
+        }
     }
 
     #[test]

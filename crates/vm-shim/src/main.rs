@@ -15,7 +15,8 @@ const HELP: &str = "\
 roam-shim: owns one libvirt domain and serves its migration API
 
   roam-shim [--config FILE] [--KEY VALUE ...]
-  roam-shim libvirtd --listen IP:PORT [--libvirtd PATH] [--run-dir DIR] [--pki-dir DIR]
+  roam-shim libvirtd --listen IP:PORT [--libvirtd PATH] [--run-dir DIR]
+                     [--pki-dir DIR [--allowed-peer NODE]...]
                      [--disk IMAGE [--disk-format F] [--disk-access A] [--image-root DIR]]
                                    the launcher pod's own libvirtd (its other container)
   roam-shim console --file PATH [--to FILE]
@@ -138,7 +139,13 @@ fn exec_libvirtd(args: &[String]) -> anyhow::Result<()> {
     let file = a.run_dir.join("roam-libvirtd.conf");
     std::fs::write(
         &file,
-        libvirtd::config(a.listen, &uuid, &a.run_dir, a.pki_dir.as_deref()),
+        libvirtd::config(
+            a.listen,
+            &uuid,
+            &a.run_dir,
+            a.pki_dir.as_deref(),
+            &a.allowed_peers,
+        ),
     )
     .with_context(|| format!("write {}", file.display()))?;
     tracing::info!(listen = %a.listen, host_uuid = %uuid, "starting libvirtd");

@@ -573,6 +573,7 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
         node_ip: &node_ip,
         mode: Mode::Boot,
         migration: None,
+        source: None,
         nics: &nics,
         port,
         token: &token,

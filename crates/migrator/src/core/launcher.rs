@@ -225,6 +225,9 @@ pub struct LauncherSpec<'a> {
     pub mode: Mode,
     /// The migration, for a target pod.
     pub migration: Option<&'a str>,
+    /// The migration's source node, for a target pod: besides its own node, the one node
+    /// whose certificate its libvirtd takes (`tls_allowed_dn_list`).
+    pub source: Option<&'a str>,
     /// The VM's NICs on this node, in the guest's order.
     pub nics: &'a [VmNic],
     /// The shim's API port.
@@ -250,6 +253,9 @@ struct Parts {
     /// The disk image's flags for `roam-shim libvirtd`, which checks and pins the image in
     /// the container QEMU runs in before libvirtd starts (none for a kernel boot).
     disk_args: Vec<String>,
+    /// The nodes whose certificates the libvirtd takes: its own (an admin of the node), and
+    /// a target's migration source.
+    peers: Vec<String>,
     /// The node's IP (the launcher's libvirtd listens on it).
     ip: IpAddr,
     libvirt_port: u16,
@@ -417,6 +423,10 @@ fn parts(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -> Result<Pa
         volume_claim,
         host_dirs,
         disk_args,
+        peers: std::iter::once(l.node)
+            .chain(l.source)
+            .map(String::from)
+            .collect(),
         ip,
         libvirt_port,
     })
@@ -488,6 +498,10 @@ fn vm_containers(
     if let Some(pki) = &cfg.node_pki_dir {
         // the node's identity for the migration's TLS: read only, the libvirtd container's
         libvirtd_args.extend(["--pki-dir".to_string(), pki.clone()]);
+        // no other node's certificate opens this VM's libvirtd
+        for peer in &p.peers {
+            libvirtd_args.extend(["--allowed-peer".to_string(), peer.clone()]);
+        }
         volumes.push(json!({"name": "node-pki", "hostPath": {"path": pki, "type": "Directory"}}));
         libvirtd_mounts.push(json!({"name": "node-pki", "mountPath": pki, "readOnly": true}));
     }
@@ -932,6 +946,7 @@ mod tests {
             node_ip: "10.0.0.1",
             mode: Mode::Boot,
             migration: None,
+            source: None,
             nics,
             port: 17100,
             token: "t0ken",
@@ -1405,6 +1420,7 @@ mod tests {
             node_ip: "10.0.0.1",
             mode: Mode::Boot,
             migration: None,
+            source: None,
             nics: &[VmNic {
                 mac: "0a:58:64:40:00:05".into(),
                 ovn_port: "a.node-a".into(),
@@ -1517,8 +1533,29 @@ mod tests {
                 "--listen",
                 "10.0.0.1:17200",
                 "--pki-dir",
-                "/var/lib/roam/pki"
+                "/var/lib/roam/pki",
+                // its own node's certificate only (an admin of the node)
+                "--allowed-peer",
+                "node-a"
             ]
+        );
+        // a migration's target also takes the source's, and no other node's
+        let target = LauncherSpec {
+            mode: Mode::Incoming,
+            migration: Some("mig"),
+            source: Some("node-b"),
+            ..boot_on_a(&nics)
+        };
+        let p = launcher_pod(&cfg, &vm(), &target).unwrap();
+        let args = p.spec.unwrap().containers[0].args.clone().unwrap();
+        assert!(
+            args.ends_with(&[
+                "--allowed-peer".into(),
+                "node-a".into(),
+                "--allowed-peer".into(),
+                "node-b".into()
+            ]),
+            "{args:?}"
         );
         let mount = libvirtd
             .volume_mounts
@@ -1668,6 +1705,7 @@ mod tests {
             node_ip: "1.2.3.4",
             mode: Mode::Boot,
             migration: None,
+            source: None,
             nics: &[nic(0, "o")],
             port: 1,
             token: "t0ken",

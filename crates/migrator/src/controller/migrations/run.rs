@@ -466,6 +466,7 @@ impl Run {
             node_ip: ip,
             mode: Mode::Incoming,
             migration: Some(migration),
+            source: Some(&self.source),
             nics,
             port: self.port,
             token: &self.token,
