@@ -344,6 +344,15 @@ fn a_vm_boots_from_its_namespaces_volume_and_only_from_inside_it() {
         (original.dev(), original.ino()),
         "the pinned file is the volume's disk.img"
     );
+    // and the rest of the volume is not where QEMU runs
+    let volume_in_qemus_view = format!(
+        "/proc/{qemu}/root{}/disk.img",
+        roam_migrator::core::launcher::VOLUME_DIR
+    );
+    assert!(
+        !std::path::Path::new(&volume_in_qemus_view).exists(),
+        "QEMU sees the volume: {volume_in_qemus_view}"
+    );
     let pod = get(&lab, &["-n", NS, "get", "pod", "-l", "roam.dev/vm=p10vm2"])
         .and_then(|l| l["items"].get(0).cloned())
         .expect("p10vm2's launcher pod");

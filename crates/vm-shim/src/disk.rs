@@ -207,6 +207,23 @@ pub fn pin(checked: &Checked, at: &Path, read_only: bool) -> Result<()> {
     Ok(())
 }
 
+/// Take `root` (the volume or the image store the image was opened under) out of this mount
+/// namespace once the image is pinned: QEMU needs its one file, not the rest of the volume.
+/// `Ok(false)`: `root` is not a mount point here (nothing to take) or is `/`.
+pub fn release_root(root: &Path) -> Result<bool> {
+    if root == Path::new("/") {
+        return Ok(false);
+    }
+    match nix::mount::umount2(root, MntFlags::MNT_DETACH) {
+        Ok(()) => Ok(true),
+        Err(Errno::EINVAL | Errno::ENOENT) => Ok(false),
+        Err(e) => Err(Error::Io {
+            what: format!("unmount {} after pinning the disk image", root.display()),
+            source: e.into(),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,6 +342,28 @@ mod tests {
             let checked = open(&d0, &p, "raw", &Limits::default()).unwrap();
             pin(&checked, &at, false).unwrap();
             assert_eq!(std::fs::read(&at).unwrap(), b"second");
+            // the volume taken away once its image is pinned: the pin stays
+            let vol = d0.join("volume");
+            std::fs::create_dir_all(&vol).unwrap();
+            nix::mount::mount(
+                Some(&d0.join("sub")),
+                &vol,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .unwrap();
+            std::fs::write(vol.join("img.raw"), b"in the volume").unwrap();
+            let checked = open(&vol, &vol.join("img.raw"), "raw", &Limits::default()).unwrap();
+            pin(&checked, &at, true).unwrap();
+            assert!(release_root(&vol).unwrap());
+            assert!(
+                !vol.join("img.raw").exists(),
+                "the volume is gone from here"
+            );
+            assert_eq!(std::fs::read(&at).unwrap(), b"in the volume");
+            assert!(!release_root(&vol).unwrap(), "not a mount point now");
+            assert!(!release_root(Path::new("/")).unwrap());
             // checked, then removed: nothing is pinned
             let checked = open(&d0, &d0.join("kept.raw"), "raw", &Limits::default()).unwrap();
             std::fs::remove_file(d0.join("kept.raw")).unwrap();

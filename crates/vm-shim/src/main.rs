@@ -132,8 +132,11 @@ fn exec_libvirtd(args: &[String]) -> anyhow::Result<()> {
         )?;
         let at = std::path::Path::new(roam_vm_shim::disk::PINNED);
         roam_vm_shim::disk::pin(&checked, at, d.read_only)?;
+        // QEMU runs here and needs its one file, not the rest of the volume or the store
+        let released = roam_vm_shim::disk::release_root(&d.root)?;
         tracing::info!(image = %d.image.display(), pinned = %at.display(), format = %checked.image.format,
-            virtual_size = checked.image.virtual_size, read_only = d.read_only, "disk image checked and pinned");
+            virtual_size = checked.image.virtual_size, read_only = d.read_only, root_released = released,
+            "disk image checked and pinned");
     }
     let uuid = libvirtd::new_host_uuid().context("a host UUID for libvirtd")?;
     let file = a.run_dir.join("roam-libvirtd.conf");
