@@ -335,7 +335,7 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
     assert_eq!(v["status"]["phase"], "Running", "t1 runs on: {v}");
 
     nothing_is_adopted_by_name(&lab, &kc, &kernel, &initrd);
-    strip_the_launcher_then_delete(&lab, &kc, &launcher);
+    strip_the_launcher_then_delete(&lab, &kc);
 
     // roam's Secrets: out of reach
     for args in [
@@ -351,7 +351,8 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
     assert!(!ok && err.contains("forbidden"), "{err}");
 
     // the tenant deletes its VMs: gone, and t1's domain with them
-    let (ok, _, err) = as_tenant(&lab, &kc, &["-n", NS, "delete", "vm", "t1", "t2", "t3"]);
+    // (t3 is gone already: strip_the_launcher_then_delete)
+    let (ok, _, err) = as_tenant(&lab, &kc, &["-n", NS, "delete", "vm", "t1", "t2"]);
     assert!(ok, "the tenant deletes its VMs: {err}");
     for n in ["t1", "t2", "t3"] {
         wait_until(LONG, &format!("{n} gone"), || {
@@ -443,8 +444,7 @@ fn nothing_is_adopted_by_name(lab: &Lab, kc: &Path, kernel: &str, initrd: &str) 
 /// The tenant strips roam's labels and the VM's ownership from the VM's launcher pod, then
 /// deletes the VM: roam finds the pod from its runner in roam-system all the same, so the VM
 /// goes only once its QEMU and runner are gone.
-fn strip_the_launcher_then_delete(lab: &Lab, kc: &Path, t1_launcher: &str) {
-    let _ = t1_launcher;
+fn strip_the_launcher_then_delete(lab: &Lab, kc: &Path) {
     let st = get(lab, &["-n", NS, "get", "vm", "t3"]).expect("t3")["status"].clone();
     let launcher = st["pod"].as_str().expect("t3's launcher").to_string();
     let runner = roam_migrator::core::launcher::runner_name(NS, &launcher);
