@@ -52,6 +52,7 @@ fn the_kustomization_passes_a_server_side_dry_run() {
         "clusterrole.rbac.authorization.k8s.io/roam-controller",
         "deployment.apps/roam-controller",
         "service/roam-controller-metrics",
+        "clusterrole.rbac.authorization.k8s.io/roam-metrics-reader",
         "daemonset.apps/roam-cni",
     ] {
         assert!(
@@ -147,8 +148,16 @@ fn metrics_go_only_to_a_token_allowed_to_read_them() {
     assert_eq!(code, 401, "{body}");
     let (code, body) = get(Some(&nobody));
     assert_eq!(code, 403, "{body}");
-    let (code, body) = get(Some(&scraper));
-    assert_eq!(code, 200, "{body}");
+    // (RBAC takes a moment to see a new binding; a refusal is believed for 10 s)
+    let body = wait_until_else(
+        LONG,
+        "the scraper's token allowed",
+        || {
+            let (code, body) = get(Some(&scraper));
+            (code == 200).then_some(body)
+        },
+        || format!("{:?}", get(Some(&scraper))),
+    );
     assert!(
         body.contains("roam_events_total") || body.contains("roam_addresses"),
         "{body}"
