@@ -341,6 +341,27 @@ mod tests {
     }
 
     #[test]
+    fn only_a_quotas_403_is_a_quota_refusal() {
+        let api = |code: u16, message: &str| {
+            kube::Error::Api(Box::new(
+                kube::core::Status::failure(message, "Forbidden").with_code(code),
+            ))
+        };
+        for m in [
+            "pods \"p\" is forbidden: exceeded quota: small, requested: requests.memory=448Mi",
+            "pods \"p\" is forbidden: failed quota: small: must specify limits.memory",
+        ] {
+            assert_eq!(Error::quota_refusal(&api(403, m)).as_deref(), Some(m));
+        }
+        // RBAC's 403 and a 409 are not
+        assert_eq!(
+            Error::quota_refusal(&api(403, "pods is forbidden: User cannot create")),
+            None
+        );
+        assert_eq!(Error::quota_refusal(&api(409, "exceeded quota")), None);
+    }
+
+    #[test]
     fn wrapped_errors_keep_their_kind() {
         let s = String::new;
         let cases = [
