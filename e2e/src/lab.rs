@@ -404,6 +404,22 @@ pub fn kubectl(lab: &Lab, args: &[&str]) -> String {
     run(lab.kubectl(), &all)
 }
 
+/// The QEMU processes on this machine (every node's) whose command line holds `needle`
+/// (`guest=NS_NAME` for a VM's, a file's path): their PIDs and command lines.
+pub fn qemu_processes(needle: &str) -> Vec<(u32, String)> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let c = std::fs::read(e.path().join("cmdline")).ok()?;
+            let c = String::from_utf8_lossy(&c).replace('\0', " ");
+            (c.contains("qemu-system") && c.contains(needle)).then_some((pid, c))
+        })
+        .collect()
+}
+
 /// Wait (up to `timeout`) for an Event of `reason` about object `name` in namespace `ns`.
 pub fn wait_for_event(lab: &Lab, timeout: std::time::Duration, ns: &str, reason: &str, name: &str) {
     let selector = format!("reason={reason},involvedObject.name={name}");

@@ -72,13 +72,9 @@ fn pod_memory(pid: u32) -> u64 {
 }
 
 fn qemu_pid(name: &str) -> Option<u32> {
-    let needle = format!("guest={NS}_{name}");
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let c = std::fs::read(e.path().join("cmdline")).ok()?;
-        let c = String::from_utf8_lossy(&c).replace('\0', " ");
-        (c.contains("qemu-system") && c.contains(&needle)).then_some(pid)
-    })
+    roam_e2e::qemu_processes(&format!("guest={NS}_{name}"))
+        .first()
+        .map(|(pid, _)| *pid)
 }
 
 #[test]

@@ -374,15 +374,7 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
 
 /// The QEMU processes of VM `name` of this namespace on the machine (any node).
 fn qemus_of(name: &str) -> usize {
-    let needle = format!("guest={NS}_{name}");
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains("qemu-system") && c.contains(&needle))
-        .count()
+    roam_e2e::qemu_processes(&format!("guest={NS}_{name}")).len()
 }
 
 /// A pod the tenant made under a VM's launcher name before the VM, with roam's labels: roam

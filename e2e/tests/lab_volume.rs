@@ -81,16 +81,9 @@ fn qemu_opens(file: &str) -> bool {
 
 /// The QEMU processes (on every node) whose command line holds `text`.
 fn qemu_pids(text: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
+    roam_e2e::qemu_processes(text)
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let c = std::fs::read(e.path().join("cmdline")).ok()?;
-            let c = String::from_utf8_lossy(&c).replace('\0', " ");
-            (c.contains("qemu-system") && c.contains(text)).then_some(pid)
-        })
+        .map(|(pid, _)| pid)
         .collect()
 }
 
@@ -229,13 +222,9 @@ fn every_image_that_names_another_file_is_refused(lab: &Lab, dir: &std::path::Pa
 
 /// The command lines of the QEMUs (on every node) that name `file`.
 fn qemus_with(file: &str) -> Vec<String> {
-    std::fs::read_dir("/proc")
+    roam_e2e::qemu_processes(file)
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains("qemu-system") && c.contains(file))
+        .map(|(_, c)| c)
         .collect()
 }
 
