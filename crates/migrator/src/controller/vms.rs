@@ -791,9 +791,10 @@ async fn ensure_launcher(
     let pods_api: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
     let existing = pods_api.get_opt(&spec.pod).await?;
+    // a runner proves a pod only when no UID is recorded (see adoption): asked only then
     let has_runner = match &existing {
-        Some(p) => launchers::has_runner(ctx, p).await?,
-        None => false,
+        Some(p) if st.pod_uid.is_none() => launchers::has_runner(ctx, p).await?,
+        _ => false,
     };
     let found = existing.as_ref().map(|p| Found {
         uid: p.metadata.uid.as_deref().unwrap_or_default(),

@@ -218,7 +218,11 @@ impl Run {
                 .map(|c| c.message.clone());
             return Ok((None, refused));
         };
-        let has_runner = launchers::has_runner(&self.ctx, &p).await?;
+        // a runner proves a pod only when no UID is recorded (see adoption): asked only then
+        let has_runner = match st.target_pod_uid {
+            None => launchers::has_runner(&self.ctx, &p).await?,
+            Some(_) => false,
+        };
         let uid = p.metadata.uid.clone().unwrap_or_default();
         let found = Found {
             uid: &uid,
