@@ -263,10 +263,7 @@ impl Lab {
 }
 
 /// The pods of VM `ns/vm` that may run it (as JSON): its launcher pods and, with runners,
-/// their runners in roam-system. Each launcher pod runs its own libvirtd. A launcher with the node's
-/// certificates (`--pki-dir`, as installed) takes TLS only: the URI is
-/// `qemu+tls://NODE_IP:PORT/system?pkipath=…` with a copy of that node's identity (the test
-/// acts as an admin of that node); else `qemu+tcp://NODE_IP:PORT/system`.
+/// their runners in roam-system. Each of them runs its own libvirtd ([`launcher_libvirt`]).
 pub fn launcher_pods_running(lab: &Lab, ns: &str, vm: &str) -> Vec<serde_json::Value> {
     use roam_contract::keys::{RUNNER_LABEL, RUNNER_VM_ANNOTATION};
     let list = |ns: &str, label: &str| -> Vec<serde_json::Value> {
@@ -322,8 +319,11 @@ pub fn runner_of_launcher(lab: &Lab, ns: &str, pod: &str) -> (String, String) {
 }
 
 /// The libvirtd of VM `vm`'s launcher on `node` (namespace `ns`; the pod that runs it, see
-/// [`launcher_pods_running`]), as a URI for virsh on the lab's host — its `libvirtd`
-/// container's `--listen` — or `None` when the VM has no live launcher there.
+/// [`launcher_pods_running`]), as a URI for virsh on the lab's host, or `None` when the VM
+/// has no live launcher there. A libvirtd with a `--listen` (plain TCP, roam without node
+/// identities) is reached there; else (as installed) it has UNIX sockets only, and the URI
+/// names its socket in the pod's `libvirt` volume on the node (the test acts as an admin of
+/// that node).
 pub fn launcher_libvirt(lab: &Lab, ns: &str, vm: &str, node: &str) -> Option<String> {
     launcher_pods_running(lab, ns, vm).iter().find_map(|p| {
         if p["spec"]["nodeName"] != node || !p["metadata"]["deletionTimestamp"].is_null() {
@@ -338,35 +338,20 @@ pub fn launcher_libvirt(lab: &Lab, ns: &str, vm: &str, node: &str) -> Option<Str
             .iter()
             .filter_map(|a| a.as_str())
             .collect();
-        let i = args.iter().position(|a| *a == "--listen")?;
-        let listen = args.get(i + 1)?;
-        match args.iter().position(|a| *a == "--pki-dir") {
-            None => Some(format!("qemu+tcp://{listen}/system")),
-            Some(j) => {
-                let pkipath = node_identity_copy(lab, node, args.get(j + 1)?)?;
-                Some(format!(
-                    "qemu+tls://{listen}/system?pkipath={}",
-                    pkipath.display()
-                ))
+        match args.iter().position(|a| *a == "--listen") {
+            Some(i) => Some(format!("qemu+tcp://{}/system", args.get(i + 1)?)),
+            None => {
+                let uid = p["metadata"]["uid"].as_str()?;
+                let sock = lab.node_path(
+                    node,
+                    &format!(
+                        "/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/libvirt/libvirt-sock"
+                    ),
+                );
+                Some(format!("qemu+unix:///system?socket={}", sock.display()))
             }
         }
     })
-}
-
-/// A copy of `node`'s roam identity (its PKI directory `dir`, as roam-node keeps it) under
-/// the lab's directory, in the names libvirt's client looks for (`pkipath`).
-pub fn node_identity_copy(lab: &Lab, node: &str, dir: &str) -> Option<PathBuf> {
-    let to = lab.dir().join("admin-pki").join(node);
-    std::fs::create_dir_all(&to).ok()?;
-    for (from, name) in [
-        ("ca.crt", "cacert.pem"),
-        ("node.crt", "clientcert.pem"),
-        ("node.key", "clientkey.pem"),
-    ] {
-        let text = std::fs::read(lab.node_path(node, &format!("{dir}/{from}"))).ok()?;
-        std::fs::write(to.join(name), text).ok()?;
-    }
-    Some(to)
 }
 
 /// What the lab guest's init (`e2e/guest/initramfs/init`) prints on the serial console at
@@ -418,6 +403,88 @@ pub fn qemu_processes(needle: &str) -> Vec<(u32, String)> {
             (c.contains("qemu-system") && c.contains(needle)).then_some((pid, c))
         })
         .collect()
+}
+
+/// Who QEMU process `pid` runs as: its real, effective, saved and filesystem uids and gids,
+/// its effective capabilities, and the files of `secrets` its mount namespace shows.
+#[derive(Clone, Debug)]
+pub struct QemuIdentity {
+    /// The `Uid:` line's four values.
+    pub uids: Vec<u32>,
+    /// The `Gid:` line's four values.
+    pub gids: Vec<u32>,
+    /// The supplementary groups (`Groups:`).
+    pub groups: Vec<u32>,
+    /// `CapEff`, as the hexadecimal mask.
+    pub cap_eff: u64,
+    /// The block and character devices of its `/dev` its uid and gids may open for reading
+    /// or writing, by their permission bits.
+    pub open_devices: Vec<String>,
+    /// The paths of `secrets` that exist in its mount namespace.
+    pub visible: Vec<String>,
+}
+
+/// [`QemuIdentity`] of `pid`, or `None` when it is gone.
+pub fn qemu_identity(pid: u32, secrets: &[&str]) -> Option<QemuIdentity> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let ids = |key: &str| -> Vec<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| {
+                v.split_whitespace()
+                    .filter_map(|n| n.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())?;
+    let visible = secrets
+        .iter()
+        .filter(|p| std::path::Path::new(&format!("/proc/{pid}/root{p}")).exists())
+        .map(|p| p.to_string())
+        .collect();
+    let (uids, gids, groups) = (ids("Uid:"), ids("Gid:"), ids("Groups:"));
+    let mut open_devices = vec![];
+    let mut dirs = vec![std::path::PathBuf::from(format!("/proc/{pid}/root/dev"))];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            use std::os::unix::fs::{FileTypeExt, MetadataExt};
+            let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+                continue;
+            };
+            let t = m.file_type();
+            if t.is_dir() && !t.is_symlink() {
+                dirs.push(e.path());
+                continue;
+            }
+            if !(t.is_block_device() || t.is_char_device()) {
+                continue;
+            }
+            let mode = m.mode();
+            let bits = if uids.first() == Some(&m.uid()) {
+                mode >> 6
+            } else if gids.first() == Some(&m.gid()) || groups.contains(&m.gid()) {
+                mode >> 3
+            } else {
+                mode
+            } & 0o6;
+            if bits != 0 {
+                open_devices.push(e.path().display().to_string());
+            }
+        }
+    }
+    Some(QemuIdentity {
+        uids,
+        gids,
+        groups,
+        cap_eff,
+        visible,
+        open_devices,
+    })
 }
 
 /// Wait (up to `timeout`) for an Event of `reason` about object `name` in namespace `ns`.

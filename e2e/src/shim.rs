@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 pub use roam_shim_api::launch::Mode;
 use roam_shim_api::launch::{
-    self, LaunchArgs, LaunchBoot, LaunchNic, LaunchToken, MigrationUri, OvsDb,
+    self, LaunchArgs, LaunchBoot, LaunchNic, LaunchToken, Migration, MigrationUri, OvsDb,
 };
 
 use crate::fixtures::VmCleanup;
@@ -108,8 +108,10 @@ impl ShimProcess {
             ovs_db: OvsDb::node(),
             // how the other node's libvirtd reaches this one (peer-to-peer migration): over
             // the node network, as between two hosts
-            peer_libvirt_uri: libvirt.peer_uri,
-            migration_uri: MigrationUri::tcp(n.ip.clone()).expect("the node's IP"),
+            migration: Migration::Plain {
+                peer_libvirt_uri: libvirt.peer_uri,
+                migration_uri: MigrationUri::tcp(n.ip.clone()).expect("the node's IP"),
+            },
             bridge: launch::DEFAULT_BRIDGE.into(),
             listen: SocketAddr::new(ip, port),
             token: LaunchToken::File(vm.token_file()),

@@ -17,12 +17,13 @@
 //! the lab's 1500-byte node link — 1400-byte pings with DF set and a 4 MiB TCP echo pass, a
 //! 1500-byte ping does not.
 //! After each migration no process of either node uses another node's paths (the source's
-//! libvirtd reaches the target's at `qemu+tls://<node IP>:<port>/system`, as installed).
+//! libvirtd reaches the target's through the shims' proxies, as installed).
 //! The migration is encrypted and authenticated with the nodes' roam certificates: a capture
 //! of the node link during the first one holds a control string sent in clear between the
 //! nodes but not a marker the guest holds in memory (on its kernel command line); the
-//! launcher's libvirtd refuses plain TCP, a client whose certificate another CA signed and
-//! another node's roam certificate, and takes one with node-a's certificate. Between the two legs the roam CA is replaced
+//! target runner's migration proxy refuses plain TCP, a client whose certificate another CA
+//! signed and another node's roam certificate, and takes one with node-a's certificate (virsh
+//! reaches the runner's libvirtd through it). Between the two legs the roam CA is replaced
 //! while the VM runs (README: Certificates rotate): every node gets a certificate of the new
 //! CA, the guest's TCP stream lives through it, and the way back migrates on the new
 //! certificates.
@@ -172,8 +173,9 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
             "{from} → {to}: downtime {} ms, switchover {} ms, stream {out}",
             st["downtimeMs"], st["switchoverMs"]
         );
+        qemu_is_unprivileged(&format!("guest={NS}_{VM}"));
         if to == "node-b" {
-            libvirt_takes_only_roam_certificates(&lab, &v);
+            proxy_takes_only_roam_certificates(&lab, &v);
             the_node_api_takes_only_roam_certificates(&lab, &v);
             // the way back runs on certificates of a new CA, replaced while the VM runs
             rotate_the_ca(&lab, cli_ns, &ip);
@@ -835,16 +837,50 @@ impl Capture {
     }
 }
 
-/// The launcher's libvirtd on the target node (`status` is the VM's) takes TLS with a roam
-/// CA certificate of its own node or of the migration's source only: plain TCP, a
-/// certificate of another CA and another node's roam certificate are refused, node-a's own
-/// certificate is taken.
-fn libvirt_takes_only_roam_certificates(lab: &Lab, status: &serde_json::Value) {
+/// The VM's QEMU (one, after a migration) runs as uid/gid 107 with no supplementary group
+/// and no capability; its mount namespace has no node key and no roam PKI directory, and of
+/// its `/dev` it may open only what any process may (`/dev/null`, `/dev/net/tun`, …): no
+/// disk of the node, no `/dev/kvm` (TCG).
+fn qemu_is_unprivileged(needle: &str) {
+    let procs = wait_until(LONG, "one QEMU of the VM", || {
+        let p = roam_e2e::qemu_processes(needle);
+        (p.len() == 1).then_some(p)
+    });
+    let secrets = [
+        "/var/lib/roam/pki/node.key",
+        "/var/lib/roam/pki",
+        "/run/libvirt/pki",
+    ];
+    let id = roam_e2e::qemu_identity(procs[0].0, &secrets).expect("the VM's QEMU");
+    assert_eq!(id.uids, [107; 4], "QEMU's uids: {id:?}");
+    assert_eq!(id.gids, [107; 4], "QEMU's gids: {id:?}");
+    assert!(id.groups.is_empty(), "QEMU's groups: {id:?}");
+    assert_eq!(id.cap_eff, 0, "QEMU has no capability: {id:?}");
+    assert!(id.visible.is_empty(), "QEMU sees {:?}", id.visible);
+    let world = |d: &str| {
+        [
+            "null", "zero", "full", "random", "urandom", "tty", "ptmx", "net/tun",
+        ]
+        .iter()
+        .any(|w| d.ends_with(&format!("/dev/{w}")))
+            || d.contains("/dev/pts/")
+    };
+    let odd: Vec<&String> = id.open_devices.iter().filter(|d| !world(d)).collect();
+    assert!(odd.is_empty(), "QEMU may open devices of the node: {odd:?}");
+}
+
+/// The runner's migration proxy on the target node (`status` is the VM's) takes mutual TLS
+/// with a roam CA certificate of its own node or of the migration's source only, and its
+/// libvirtd has no network socket: plain TCP, a certificate of another CA and another node's
+/// roam certificate get nothing; node-a's own certificate reaches the runner's libvirtd
+/// (virsh through a source-side proxy the test runs, as node-a's shim would).
+fn proxy_takes_only_roam_certificates(lab: &Lab, status: &serde_json::Value) {
     let node = status["node"].as_str().unwrap();
     let ip = lab.node(node).ip;
     let shim_port = status["shimPort"].as_u64().expect("the shim's port") as u16;
     let port = roam_migrator::core::launcher::libvirt_port((17100, 17199), shim_port)
         .expect("the launcher's libvirt port");
+    let target: std::net::SocketAddr = format!("{ip}:{port}").parse().unwrap();
     let virsh = |uri: &str| {
         std::process::Command::new("timeout")
             .args(["30", "virsh", "-c", uri, "list", "--all"])
@@ -866,14 +902,26 @@ fn libvirt_takes_only_roam_certificates(lab: &Lab, status: &serde_json::Value) {
             "jsonpath={.data.ca\\.crt}",
         ],
     );
-    let dir = lab.dir().join(format!("virsh-pki-{}", std::process::id()));
-    let pki = |name: &str, key: &str, cert: &str, trust: &str| {
+    let dir = lab.dir().join(format!("proxy-pki-{}", std::process::id()));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // virsh through a source side of the proxy with this identity: its output
+    let through = |name: &str, key: &str, cert: &str| {
         let d = dir.join(name);
         std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("cacert.pem"), trust).unwrap();
-        std::fs::write(d.join("clientkey.pem"), key).unwrap();
-        std::fs::write(d.join("clientcert.pem"), cert).unwrap();
-        format!("qemu+tls://{ip}:{port}/system?pkipath={}", d.display())
+        let id = roam_shim_api::tls::Identity::from_pem(key, cert, &ca, name);
+        let sockets = roam_vm_shim::proxy::Sockets::new(&d);
+        let _out = {
+            let _in_rt = rt.enter();
+            roam_vm_shim::proxy::Outgoing::start(
+                &sockets,
+                target,
+                node,
+                id.client_config().unwrap(),
+                None,
+            )
+            .unwrap()
+        };
+        virsh(&sockets.peer_uri())
     };
     // a certificate for "node-a" that another CA signed
     let other =
@@ -889,33 +937,28 @@ fn libvirt_takes_only_roam_certificates(lab: &Lab, status: &serde_json::Value) {
         Duration::from_secs(3600),
     )
     .unwrap();
-    // the client trusts both CAs (libvirt's client checks its own certificate against its
-    // CA file before it connects): what refuses it is the server
-    let both = format!("{ca}{}", other.cert_pem());
-    let stranger = virsh(&pki("stranger", &key, &foreign, &both));
+    let stranger = through("stranger", &key, &foreign);
     assert!(
         !stranger.status.success(),
         "a certificate of another CA must be refused"
     );
-    let said = String::from_utf8_lossy(&stranger.stderr);
-    assert!(
-        !said.contains("Our own certificate"),
-        "the client must get as far as the server: {said}"
+    eprintln!(
+        "the proxy refused a stranger: {}",
+        String::from_utf8_lossy(&stranger.stderr).trim()
     );
-    eprintln!("libvirtd refused a stranger: {}", said.trim());
     // node-a's own identity, as its roam-node keeps it
     let file = |f: &str| {
         std::fs::read_to_string(lab.node_path("node-a", &format!("/var/lib/roam/pki/{f}")))
             .expect("node-a's identity")
     };
-    let ok = virsh(&pki("node-a", &file("node.key"), &file("node.crt"), &ca));
+    let ok = through("node-a", &file("node.key"), &file("node.crt"));
     assert!(
         ok.status.success(),
-        "node-a's certificate must be taken: {}",
+        "node-a's certificate must reach the runner's libvirtd: {}",
         String::from_utf8_lossy(&ok.stderr)
     );
     // a certificate of the roam CA for a node that is neither this runner's node nor the
-    // migration's source: refused (tls_allowed_dn_list), so one node's key opens no other
+    // migration's source: refused (the proxy's allow-list), so one node's key opens no other
     // node's VMs
     let secret = |k: &str| {
         kubectl(
@@ -944,14 +987,14 @@ fn libvirt_takes_only_roam_certificates(lab: &Lab, status: &serde_json::Value) {
         Duration::from_secs(3600),
     )
     .unwrap();
-    let other_node = virsh(&pki("node-x", &key, &cert, &ca));
+    let other_node = through("node-x", &key, &cert);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(
         !other_node.status.success(),
         "another node's roam certificate must be refused by {node}'s runner"
     );
     eprintln!(
-        "libvirtd refused another node's certificate: {}",
+        "the proxy refused another node's certificate: {}",
         String::from_utf8_lossy(&other_node.stderr).trim()
     );
 }

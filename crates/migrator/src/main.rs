@@ -80,11 +80,6 @@ const USAGE: &str = "usage: roam-controller [--kubeconfig PATH] [--nb ENDPOINT] 
 [--node-pki-dir DIR] [--image-root DIR] [--pki-namespace NS [--node-cert-validity-minutes N]] \
 [--cpu-allocation-ratio N] [--runner-namespace NS [--kubelet-root-dir DIR]] | --version";
 
-/// The peer URI with the nodes' certificates: libvirt's client finds the node's certificate,
-/// key and the roam CA under `pkipath` (roam-shim libvirtd links them there), and checks the
-/// target's certificate against `{ip}`.
-const TLS_PEER_URI: &str = "qemu+tls://{ip}:{port}/system?pkipath=/run/libvirt/pki/libvirt";
-
 fn parse() -> anyhow::Result<Flags> {
     use roam_contract::flags::{self, Parsed};
     let known = [
@@ -231,18 +226,17 @@ fn parse() -> anyhow::Result<Flags> {
         },
         peer_libvirt_uri: {
             let tls = get("node-pki-dir").is_some();
-            let v = get("peer-libvirt-uri").unwrap_or_else(|| match tls {
-                true => TLS_PEER_URI.into(),
-                false => "qemu+tcp://{ip}:{port}/system".into(),
-            });
-            // the launchers' libvirtd listens with TLS only when it has the node's
-            // certificates, and plain TCP only without
+            let v = get("peer-libvirt-uri");
+            // with the nodes' certificates the shims' proxies carry the migration: libvirtd
+            // has no network socket a URI could name
             anyhow::ensure!(
-                tls == v.starts_with("qemu+tls://"),
-                "--peer-libvirt-uri {v:?} and --node-pki-dir go together: with the nodes' \
-                 certificates the launchers' libvirtd takes TLS only (e.g. {TLS_PEER_URI}), without \
-                 them plain TCP (qemu+tcp://{{ip}}:{{port}}/system)"
+                !(tls && v.is_some()),
+                "--peer-libvirt-uri {:?}: with --node-pki-dir migrations go through the shims' \
+                 mutual-TLS proxies and libvirtd listens on no network; give the template only \
+                 for plain TCP, without --node-pki-dir",
+                v.unwrap_or_default()
             );
+            let v = v.unwrap_or_else(|| "qemu+tcp://{ip}:{port}/system".into());
             // each launcher's libvirtd listens on a port of its own
             anyhow::ensure!(
                 v.contains("{port}"),

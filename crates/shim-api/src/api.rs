@@ -183,10 +183,15 @@ pub struct Prepared {
     /// The target node.
     pub node: String,
     /// The URI under which the source's libvirtd reaches this node's libvirtd
-    /// (peer-to-peer migration).
+    /// (peer-to-peer migration over plain TCP; empty with [`Prepared::proxy`]).
     pub libvirt_uri: String,
-    /// Where the migration stream goes (`tcp://HOST`).
+    /// Where the migration stream goes (`tcp://HOST`; empty with [`Prepared::proxy`]).
     pub migration_uri: String,
+    /// The target shim's migration proxy (`IP:PORT`, mutual TLS with the nodes'
+    /// identities): the source's shim carries libvirt's connection and QEMU's stream there,
+    /// and libvirt and QEMU reach no network themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<String>,
     /// The tap created for the VM's first NIC.
     pub tap: String,
     /// The OVN logical port that tap is bound to.
@@ -310,10 +315,10 @@ impl MigrateRequest {
     }
 
     /// Whether the target's answer to `prepare` is the node this request names and offers
-    /// what this source accepts (pure): the node the controller chose (`target_node`), URIs
-    /// whose host is its address (`target_address`), and — when this source migrates over
-    /// TLS (`tls`) — a TLS libvirt connection (no downgrade to plain TCP). The error says
-    /// what the target offered.
+    /// what this source accepts (pure): the node the controller chose (`target_node`), an
+    /// address that is its address (`target_address`), and — when this source migrates
+    /// through the shims' mutual-TLS proxies (`tls`) — a proxy (no downgrade to plain TCP);
+    /// a source without one takes plain URIs only. The error says what the target offered.
     pub fn check_prepared(&self, prepared: &Prepared, tls: bool) -> Result<(), String> {
         if let Some(n) = &self.target_node
             && prepared.node != *n
@@ -323,26 +328,38 @@ impl MigrateRequest {
                 prepared.node
             ));
         }
-        if let Some(addr) = &self.target_address {
-            for (what, uri) in [
-                ("libvirt URI", &prepared.libvirt_uri),
-                ("migration URI", &prepared.migration_uri),
-            ] {
-                let host = uri_host(uri);
-                if host != Some(addr.as_str()) {
-                    return Err(format!(
-                        "the target's {what} {uri:?} does not lead to {addr}, the address of the node the controller chose"
-                    ));
+        let leads_to = |what: &str, shown: &str, host: Option<String>| match &self.target_address {
+            Some(addr) if host.as_deref() != Some(addr.as_str()) => Err(format!(
+                "the target's {what} {shown:?} does not lead to {addr}, the address of the node the controller chose"
+            )),
+            _ => Ok(()),
+        };
+        match (&prepared.proxy, tls) {
+            (Some(proxy), true) => {
+                let addr: std::net::SocketAddr = proxy.parse().map_err(|_| {
+                    format!("the target's migration proxy {proxy:?} is not an IP:PORT")
+                })?;
+                leads_to("migration proxy", proxy, Some(addr.ip().to_string()))
+            }
+            (None, true) => Err(format!(
+                "the target offers the plain libvirt connection {:?} and no migration proxy; \
+                 this node migrates through the shims' mutual-TLS proxies only",
+                prepared.libvirt_uri
+            )),
+            (Some(proxy), false) => Err(format!(
+                "the target takes migrations through its mutual-TLS proxy {proxy} only, and this \
+                 source shim has no node identity (--pki-dir)"
+            )),
+            (None, false) => {
+                for (what, uri) in [
+                    ("libvirt URI", &prepared.libvirt_uri),
+                    ("migration URI", &prepared.migration_uri),
+                ] {
+                    leads_to(what, uri, uri_host(uri).map(String::from))?;
                 }
+                Ok(())
             }
         }
-        if tls && !prepared.libvirt_uri.starts_with("qemu+tls://") {
-            return Err(format!(
-                "the target offers the plain libvirt connection {:?}; this node migrates over TLS only (qemu+tls://)",
-                prepared.libvirt_uri
-            ));
-        }
-        Ok(())
     }
 
     /// Whether the target is reached over TLS (`https://`).
@@ -501,9 +518,17 @@ mod tests {
             node: node.into(),
             libvirt_uri: libvirt.into(),
             migration_uri: migration.into(),
+            proxy: None,
             tap: "t".into(),
             ovn_port: "p".into(),
             nics: vec![],
+        }
+    }
+
+    fn proxied(node: &str, proxy: &str) -> Prepared {
+        Prepared {
+            proxy: Some(proxy.into()),
+            ..prepared(node, "", "")
         }
     }
 
@@ -514,41 +539,52 @@ mod tests {
             target_address: Some("10.213.0.2".into()),
             ..req()
         };
-        let tls = "qemu+tls://10.213.0.2:17200/system?pkipath=/run/libvirt/pki/libvirt";
-        let good = prepared("node-b", tls, "tcp://10.213.0.2");
-        r.check_prepared(&good, true).unwrap();
-        for (p, says) in [
-            (prepared("node-c", tls, "tcp://10.213.0.2"), "not on node-b"),
-            (
-                prepared(
-                    "node-b",
-                    "qemu+tls://10.213.0.3:17200/system",
-                    "tcp://10.213.0.2",
-                ),
-                "libvirt URI",
-            ),
-            (
-                prepared("node-b", tls, "tcp://10.213.0.66:49152"),
-                "migration URI",
-            ),
-            (
-                prepared(
-                    "node-b",
-                    "qemu+tcp://10.213.0.2:17200/system",
-                    "tcp://10.213.0.2",
-                ),
-                "TLS only",
-            ),
-        ] {
-            let e = r.check_prepared(&p, true).unwrap_err();
-            assert!(e.contains(says), "{p:?}: {e}");
-        }
-        // plain TCP is the source's to allow (a lab without roam-node, the tests' libvirtds)
+        r.check_prepared(&proxied("node-b", "10.213.0.2:17200"), true)
+            .unwrap();
         let plain = prepared(
             "node-b",
             "qemu+tcp://10.213.0.2:17200/system",
             "tcp://10.213.0.2",
         );
+        for (p, tls, says) in [
+            (proxied("node-c", "10.213.0.2:17200"), true, "not on node-b"),
+            (
+                proxied("node-b", "10.213.0.3:17200"),
+                true,
+                "migration proxy",
+            ),
+            (proxied("node-b", "10.213.0.2"), true, "IP:PORT"),
+            // no downgrade to a plain connection
+            (plain.clone(), true, "proxies only"),
+            // a source without a node identity cannot use the proxy
+            (
+                proxied("node-b", "10.213.0.2:17200"),
+                false,
+                "no node identity",
+            ),
+            (
+                prepared(
+                    "node-b",
+                    "qemu+tcp://10.213.0.3:17200/system",
+                    "tcp://10.213.0.2",
+                ),
+                false,
+                "libvirt URI",
+            ),
+            (
+                prepared(
+                    "node-b",
+                    "qemu+tcp://10.213.0.2:17200/system",
+                    "tcp://10.213.0.66:49152",
+                ),
+                false,
+                "migration URI",
+            ),
+        ] {
+            let e = r.check_prepared(&p, tls).unwrap_err();
+            assert!(e.contains(says), "{p:?}: {e}");
+        }
+        // plain TCP is the source's to allow (a lab without roam-node, the tests' libvirtds)
         r.check_prepared(&plain, false).unwrap();
         // an older controller names no node: nothing to hold the target to
         req()

@@ -78,6 +78,10 @@ pub mod flag {
     pub const PEER_LIBVIRT_URI: &str = "--peer-libvirt-uri";
     /// Where an incoming migration stream connects.
     pub const MIGRATION_URI: &str = "--migration-uri";
+    /// The migration proxy's listen address (mutual TLS with the node's identity).
+    pub const MIGRATION_PROXY: &str = "--migration-proxy";
+    /// The nodes whose certificates the migration proxy takes, separated by commas.
+    pub const ALLOWED_PEERS: &str = "--allowed-peers";
     /// This node's Open_vSwitch database.
     pub const OVS_DB: &str = "--ovs-db";
     /// The integration bridge.
@@ -121,6 +125,8 @@ pub mod flag {
         LIBVIRT_URI,
         PEER_LIBVIRT_URI,
         MIGRATION_URI,
+        MIGRATION_PROXY,
+        ALLOWED_PEERS,
         OVS_DB,
         BRIDGE,
         LISTEN,
@@ -272,6 +278,30 @@ impl FromStr for MigrationUri {
     }
 }
 
+/// How a VM migrates between this node and another.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Migration {
+    /// libvirt and QEMU reach each other's node directly over plain TCP
+    /// (`--peer-libvirt-uri`, `--migration-uri`): the tests' own libvirtds, the TLS bench's
+    /// baseline.
+    Plain {
+        /// This node's libvirtd as another node's libvirtd reaches it.
+        peer_libvirt_uri: String,
+        /// Where an incoming migration stream connects.
+        migration_uri: MigrationUri,
+    },
+    /// Through the shims (`--migration-proxy IP:PORT`, needs `--pki-dir`): libvirt and QEMU
+    /// speak over UNIX sockets of the launcher pod only, and the shims carry both streams
+    /// between the nodes over mutual TLS with the nodes' identities.
+    Proxy {
+        /// Where this shim takes a source's connections.
+        listen: SocketAddr,
+        /// The nodes whose certificates it takes (`--allowed-peers`: this node, and a
+        /// migration's source). Empty: none.
+        allowed_peers: Vec<String>,
+    },
+}
+
 /// An Open_vSwitch database: `unix:PATH` or `tcp:HOST:PORT`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum OvsDb {
@@ -352,11 +382,8 @@ pub struct LaunchArgs {
     pub node: String,
     /// This node's libvirtd, for the shim (`--libvirt-uri`).
     pub libvirt_uri: String,
-    /// This node's libvirtd as another node's libvirtd reaches it, for peer-to-peer migration
-    /// (`--peer-libvirt-uri`).
-    pub peer_libvirt_uri: String,
-    /// Where an incoming migration stream connects (`--migration-uri`).
-    pub migration_uri: MigrationUri,
+    /// How another node's shim migrates the VM here, and this shim to another node.
+    pub migration: Migration,
     /// This node's Open_vSwitch database (`--ovs-db`).
     pub ovs_db: OvsDb,
     /// The integration bridge (`--bridge`, default [`DEFAULT_BRIDGE`]; rendered only when
@@ -482,11 +509,25 @@ impl LaunchArgs {
         if self.bridge != DEFAULT_BRIDGE {
             out.push((flag::BRIDGE, Some(self.bridge.clone())));
         }
-        out.extend([
-            (flag::PEER_LIBVIRT_URI, Some(self.peer_libvirt_uri.clone())),
-            (flag::MIGRATION_URI, Some(self.migration_uri.to_string())),
-            (flag::LISTEN, Some(self.listen.to_string())),
-        ]);
+        match &self.migration {
+            Migration::Plain {
+                peer_libvirt_uri,
+                migration_uri,
+            } => out.extend([
+                (flag::PEER_LIBVIRT_URI, Some(peer_libvirt_uri.clone())),
+                (flag::MIGRATION_URI, Some(migration_uri.to_string())),
+            ]),
+            Migration::Proxy {
+                listen,
+                allowed_peers,
+            } => {
+                out.push((flag::MIGRATION_PROXY, Some(listen.to_string())));
+                if !allowed_peers.is_empty() {
+                    out.push((flag::ALLOWED_PEERS, Some(allowed_peers.join(","))));
+                }
+            }
+        }
+        out.push((flag::LISTEN, Some(self.listen.to_string())));
         out.push(match &self.token {
             LaunchToken::File(p) => (flag::TOKEN_FILE, path(p)),
             LaunchToken::Sha256(d) => (flag::TOKEN_SHA256, Some(d.to_string())),
@@ -744,14 +785,59 @@ fn from_given(given: BTreeMap<&'static str, Given>) -> Result<LaunchArgs> {
         .into();
     let node = v.not_empty(flag::NODE, "this node's name")?;
     let libvirt_uri = v.not_empty(flag::LIBVIRT_URI, "this node's libvirtd URI")?;
-    let peer_libvirt_uri = v.not_empty(
-        flag::PEER_LIBVIRT_URI,
-        "this node's libvirtd URI as other nodes reach it",
-    )?;
-    let migration_uri = v.parsed(
-        flag::MIGRATION_URI,
-        "tcp://HOST (this node's address for the migration stream)",
-    )?;
+    let migration = match v.text(flag::MIGRATION_PROXY)? {
+        None => {
+            if v.0.contains_key(flag::ALLOWED_PEERS) {
+                return Err(bad(
+                    flag::ALLOWED_PEERS,
+                    "names the nodes the migration proxy takes: give --migration-proxy",
+                ));
+            }
+            Migration::Plain {
+                peer_libvirt_uri: v.not_empty(
+                    flag::PEER_LIBVIRT_URI,
+                    "this node's libvirtd URI as other nodes reach it (or --migration-proxy)",
+                )?,
+                migration_uri: v.parsed(
+                    flag::MIGRATION_URI,
+                    "tcp://HOST (this node's address for the migration stream)",
+                )?,
+            }
+        }
+        Some(listen) => {
+            for f in [flag::PEER_LIBVIRT_URI, flag::MIGRATION_URI] {
+                if v.0.contains_key(f) {
+                    return Err(bad(
+                        f,
+                        "is for a plain TCP migration: with --migration-proxy libvirt and QEMU \
+                         reach the other node through the shims' proxies only",
+                    ));
+                }
+            }
+            let listen = listen.parse().map_err(|_| {
+                bad(
+                    flag::MIGRATION_PROXY,
+                    format!("{listen:?}: use IP:PORT (an address of this node and a port)"),
+                )
+            })?;
+            let allowed_peers = match v.text(flag::ALLOWED_PEERS)? {
+                None => vec![],
+                Some(list) => list
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(|n| match crate::limits::node_name_problem(n) {
+                        None => Ok(n.to_string()),
+                        Some(p) => Err(bad(flag::ALLOWED_PEERS, p)),
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            };
+            Migration::Proxy {
+                listen,
+                allowed_peers,
+            }
+        }
+    };
     let ovs_db = v.parsed(
         flag::OVS_DB,
         "this node's OVS database (unix:PATH or tcp:HOST:PORT)",
@@ -812,6 +898,12 @@ fn from_given(given: BTreeMap<&'static str, Given>) -> Result<LaunchArgs> {
             Some(PathBuf::from(d))
         }
     };
+    if matches!(migration, Migration::Proxy { .. }) && pki_dir.is_none() {
+        return Err(bad(
+            flag::MIGRATION_PROXY,
+            "the proxy speaks mutual TLS with the node's certificate: give --pki-dir",
+        ));
+    }
     Ok(LaunchArgs {
         name,
         vcpus,
@@ -821,8 +913,7 @@ fn from_given(given: BTreeMap<&'static str, Given>) -> Result<LaunchArgs> {
         serial_log,
         node,
         libvirt_uri,
-        peer_libvirt_uri,
-        migration_uri,
+        migration,
         ovs_db,
         bridge,
         listen,
@@ -882,8 +973,10 @@ mod tests {
             serial_log: "/var/log/vm1.log".into(),
             node: "node-a".into(),
             libvirt_uri: NODE_LIBVIRT_URI.into(),
-            peer_libvirt_uri: "qemu+tcp://10.0.0.11/system".into(),
-            migration_uri: MigrationUri::tcp("10.0.0.11").unwrap(),
+            migration: Migration::Plain {
+                peer_libvirt_uri: "qemu+tcp://10.0.0.11/system".into(),
+                migration_uri: MigrationUri::tcp("10.0.0.11").unwrap(),
+            },
             ovs_db: OvsDb::node(),
             bridge: DEFAULT_BRIDGE.into(),
             listen: "10.0.0.11:17001".parse().unwrap(),
@@ -1215,6 +1308,60 @@ mod tests {
         ]
     }
 
+    fn migration() -> impl Strategy<Value = Migration> {
+        prop_oneof![
+            ("[a-z+]{1,10}://[a-z0-9./-]{0,20}", "[a-z0-9.:-]{1,20}").prop_map(
+                |(peer_libvirt_uri, host)| Migration::Plain {
+                    peer_libvirt_uri,
+                    migration_uri: MigrationUri::tcp(host).unwrap(),
+                }
+            ),
+            (
+                any::<std::net::IpAddr>(),
+                any::<u16>(),
+                proptest::collection::vec("[a-z0-9][a-z0-9.-]{0,20}", 0..3)
+            )
+                .prop_map(|(ip, port, allowed_peers)| Migration::Proxy {
+                    listen: SocketAddr::new(ip, port),
+                    allowed_peers
+                }),
+        ]
+    }
+
+    #[test]
+    fn the_migration_proxy_takes_no_plain_uri_and_needs_the_node_identity() {
+        let mut a = example();
+        a.migration = Migration::Proxy {
+            listen: "10.0.0.11:17201".parse().unwrap(),
+            allowed_peers: vec!["node-a".into(), "node-b".into()],
+        };
+        let e = LaunchArgs::parse(&a.to_args()).unwrap_err().to_string();
+        assert!(e.contains("--pki-dir"), "{e}");
+        a.pki_dir = Some("/var/lib/roam/pki".into());
+        let args = a.to_args();
+        assert!(
+            args.windows(2)
+                .any(|w| w[0] == "--allowed-peers" && w[1] == "node-a,node-b"),
+            "{args:?}"
+        );
+        assert_eq!(LaunchArgs::parse(&args).unwrap(), a);
+        for (extra, says) in [
+            (["--migration-uri", "tcp://10.0.0.11"], "plain TCP"),
+            (["--peer-libvirt-uri", "qemu+tcp://x/system"], "plain TCP"),
+            (["--allowed-peers", "Node_A"], "lowercase"),
+            (["--migration-proxy", "10.0.0.11"], "IP:PORT"),
+        ] {
+            let mut w = args.clone();
+            w.extend(extra.iter().map(|s| s.to_string()));
+            let e = LaunchArgs::parse(&w).unwrap_err().to_string();
+            assert!(e.contains(says), "{extra:?}: {e}");
+        }
+        let mut plain = example().to_args();
+        plain.extend(["--allowed-peers".to_string(), "node-b".into()]);
+        let e = LaunchArgs::parse(&plain).unwrap_err().to_string();
+        assert!(e.contains("--migration-proxy"), "{e}");
+    }
+
     fn token() -> impl Strategy<Value = LaunchToken> {
         prop_oneof![
             path().prop_map(LaunchToken::File),
@@ -1226,12 +1373,8 @@ mod tests {
         (
             (name(), any::<u32>(), any::<u64>(), boot()),
             (proptest::collection::vec(nic(), 1..5), path(), name()),
+            ("[a-z+]{1,10}://[a-z0-9./-]{0,20}", migration()),
             (
-                "[a-z+]{1,10}://[a-z0-9./-]{0,20}",
-                "[a-z+]{1,10}://[a-z0-9./-]{0,20}",
-            ),
-            (
-                "[a-z0-9.:-]{1,20}",
                 ovs_db(),
                 prop_oneof![Just(DEFAULT_BRIDGE.to_string()), name()],
             ),
@@ -1249,8 +1392,8 @@ mod tests {
                 |(
                     (name, vcpus, memory_mib, boot),
                     (nics, serial_log, node),
-                    (libvirt_uri, peer_libvirt_uri),
-                    (host, ovs_db, bridge),
+                    (libvirt_uri, migration),
+                    (ovs_db, bridge),
                     (ip, port, token, state_file),
                     (mode, kvm, instance, image_root, pki_dir),
                 )| LaunchArgs {
@@ -1262,8 +1405,12 @@ mod tests {
                     serial_log,
                     node,
                     libvirt_uri,
-                    peer_libvirt_uri,
-                    migration_uri: MigrationUri::tcp(host).unwrap(),
+                    // the proxy needs the node's identity
+                    pki_dir: match (&migration, pki_dir) {
+                        (Migration::Proxy { .. }, None) => Some("/pki".into()),
+                        (_, d) => d,
+                    },
+                    migration,
                     ovs_db,
                     bridge,
                     listen: SocketAddr::new(ip, port),
@@ -1273,7 +1420,6 @@ mod tests {
                     kvm,
                     instance,
                     image_root,
-                    pki_dir,
                 },
             )
     }

@@ -108,6 +108,19 @@ pub fn tap_name_problem(tap: &str) -> Option<String> {
     })
 }
 
+/// What is wrong with a node's name, if anything: a DNS subdomain (lowercase letters, digits,
+/// `-` and `.`, at most 253 bytes) — the common name of its roam certificate.
+pub fn node_name_problem(node: &str) -> Option<String> {
+    let ok = !node.is_empty()
+        && node.len() <= 253
+        && node
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+    (!ok).then(|| {
+        format!("node {node:?}: a node's name has 1-253 lowercase letters, digits, '-' or '.'")
+    })
+}
+
 /// What is wrong with an OVN logical port's name, if anything: not empty, at most
 /// [`MAX_OVN_PORT`] bytes, no `/`, `,` (the `--nics` separators), whitespace or control
 /// character.

@@ -150,6 +150,25 @@ impl Identity {
         Ok(Arc::new(config))
     }
 
+    /// A server's TLS settings for peers only (the migration proxy): this identity's
+    /// certificate, a client certificate of the roam CA required (no anonymous session), and
+    /// the application protocols `alpn` offered (a client must ask for one of them).
+    pub fn peer_server_config(&self, alpn: &[&[u8]]) -> Result<Arc<ServerConfig>> {
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(self.roots()?), provider())
+                .build()
+                .map_err(|e| tls_error(&self.source, e))?;
+        let (chain, key) = self.chain_and_key()?;
+        let mut config = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| tls_error(&self.source, e))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)
+            .map_err(|e| tls_error(&self.source, format!("certificate and key: {e}")))?;
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok(Arc::new(config))
+    }
+
     /// A client's TLS settings: this identity's certificate as the client's, servers'
     /// certificates checked against the roam CA.
     pub fn client_config(&self) -> Result<ClientConfig> {
@@ -174,6 +193,6 @@ pub struct ClientTls {
 }
 
 /// The common name of a verified client certificate (DER).
-pub(crate) fn peer_name(cert: &[u8]) -> Option<String> {
+pub fn peer_name(cert: &[u8]) -> Option<String> {
     roam_pki::common_name_der(cert)
 }

@@ -18,7 +18,7 @@ use crate::domain::Accel;
 use crate::spec::{Boot, Nic, VmSpec};
 use crate::{Error, Result};
 
-pub use roam_shim_api::launch::Mode;
+pub use roam_shim_api::launch::{Migration, Mode};
 
 /// The checked configuration.
 #[derive(Clone, Debug)]
@@ -32,10 +32,9 @@ pub struct ShimConfig {
     pub node: String,
     /// This node's libvirtd, for the shim.
     pub libvirt_uri: String,
-    /// This node's libvirtd as another node's libvirtd reaches it (peer-to-peer migration).
-    pub peer_libvirt_uri: String,
-    /// Where an incoming migration stream connects (`tcp://HOST`).
-    pub migration_uri: String,
+    /// How a VM migrates between this node and another: plain TCP, or through the shims'
+    /// mutual-TLS proxies ([`crate::proxy`]).
+    pub migration: Migration,
     /// This node's Open_vSwitch database (`unix:PATH` or `tcp:HOST:PORT`).
     pub ovs_db: String,
     /// The integration bridge.
@@ -131,8 +130,7 @@ fn build(args: LaunchArgs, read_token: impl FnOnce(&Path) -> Result<String>) -> 
         ovn_ports: args.nics.into_iter().map(|n| n.ovn_port).collect(),
         node: args.node,
         libvirt_uri: args.libvirt_uri,
-        peer_libvirt_uri: args.peer_libvirt_uri,
-        migration_uri: args.migration_uri.to_string(),
+        migration: args.migration,
         ovs_db: args.ovs_db.to_string(),
         bridge: args.bridge,
         listen: args.listen,

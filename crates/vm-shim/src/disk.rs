@@ -17,7 +17,7 @@
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
@@ -207,6 +207,62 @@ pub fn pin(checked: &Checked, at: &Path, read_only: bool) -> Result<()> {
     Ok(())
 }
 
+/// Whether user `uid` of group `gid` may read (and write, with `write`) a file of permission
+/// bits `mode` owned by `owner`/`group`, by those bits alone (pure; no capability, no ACL).
+pub fn dac_allows(mode: u32, owner: u32, group: u32, uid: u32, gid: u32, write: bool) -> bool {
+    let need = if write { 0o6 } else { 0o4 };
+    let bits = if owner == uid {
+        (mode >> 6) & 0o7
+    } else if group == gid {
+        (mode >> 3) & 0o7
+    } else {
+        mode & 0o7
+    };
+    bits & need == need
+}
+
+/// Make the checked image `image` one QEMU's user (`uid`/`gid`, which has no capability) can
+/// open: a writable one — the VM's own disk — is given to it (its owner, and read-write for
+/// the owner; KubeVirt gives a volume's disk to its qemu user the same way); a read-only one,
+/// a file of the image store that every VM booting it shares, is left as the admin made it
+/// and must be readable by that user already: refused otherwise, with what to do.
+pub fn give_to(checked: &Checked, image: &Path, uid: u32, gid: u32, read_only: bool) -> Result<()> {
+    let io = |what: String| move |e: std::io::Error| Error::Io { what, source: e };
+    // the descriptor's magic link is the checked inode itself, never a path resolved again
+    let at = fd_path(&checked.fd);
+    let meta = std::fs::metadata(&at).map_err(io(format!("look at {}", image.display())))?;
+    let mode = meta.mode() & 0o7777;
+    if read_only {
+        if !dac_allows(mode, meta.uid(), meta.gid(), uid, gid, false) {
+            return Err(refused(
+                image,
+                format!(
+                    "QEMU runs as uid {uid} gid {gid}, which may not read it (owner {}:{}, \
+                     mode {mode:04o}): make the image store's files readable by all \
+                     (chmod o+r)",
+                    meta.uid(),
+                    meta.gid()
+                ),
+            ));
+        }
+        return Ok(());
+    }
+    if meta.uid() != uid || meta.gid() != gid {
+        std::os::unix::fs::chown(&at, Some(uid), Some(gid)).map_err(io(format!(
+            "give {} to uid {uid} gid {gid} (QEMU's)",
+            image.display()
+        )))?;
+    }
+    // no set-uid/set-gid bit on QEMU's file, and read-write for its owner
+    let want = (mode & 0o777) | 0o600;
+    if want != mode {
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(want)).map_err(io(
+            format!("make {} read-write for its owner", image.display()),
+        ))?;
+    }
+    Ok(())
+}
+
 /// Take `root` (the volume or the image store the image was opened under) out of this mount
 /// namespace once the image is pinned: QEMU needs its one file, not the rest of the volume.
 /// `Ok(false)`: `root` is not a mount point here (nothing to take) or is `/`.
@@ -247,6 +303,57 @@ mod tests {
             Err(Error::Disk { problem, .. }) => problem,
             other => panic!("a refused image, not {other:?}"),
         }
+    }
+
+    #[test]
+    fn dac_reads_the_owner_group_or_other_bits() {
+        // (mode, owner, group, write, allowed) for uid 107 gid 107
+        for (mode, owner, group, write, ok) in [
+            (0o600, 107, 0, true, true),
+            (0o400, 107, 0, true, false),
+            (0o644, 0, 0, false, true),
+            (0o640, 0, 0, false, false),
+            (0o640, 0, 107, false, true),
+            (0o660, 0, 107, true, true),
+            // the owner's bits count for the owner, even when others may do more
+            (0o066, 107, 107, false, false),
+            (0o600, 0, 0, false, false),
+        ] {
+            assert_eq!(
+                dac_allows(mode, owner, group, 107, 107, write),
+                ok,
+                "{mode:o} {owner}:{group} write={write}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_writable_image_becomes_qemus_and_a_read_only_one_must_be_readable() {
+        let d = dir("give");
+        let p = d.0.join("sub/disk.raw");
+        std::fs::write(&p, vec![0u8; 4096]).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o4400)).unwrap();
+        let c = open(&d.0, &p, "raw", &Limits::default()).unwrap();
+        give_to(&c, &p, 107, 108, false).unwrap();
+        let m = std::fs::metadata(&p).unwrap();
+        assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (107, 108, 0o600));
+        // the store's image: left alone when others may read it, refused when not
+        let q = d.0.join("sub/store.raw");
+        std::fs::write(&q, vec![0u8; 4096]).unwrap();
+        std::fs::set_permissions(&q, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let c = open(&d.0, &q, "raw", &Limits::default()).unwrap();
+        give_to(&c, &q, 107, 107, true).unwrap();
+        assert_eq!(std::fs::metadata(&q).unwrap().uid(), 0);
+        std::fs::set_permissions(&q, std::fs::Permissions::from_mode(0o600)).unwrap();
+        match give_to(&c, &q, 107, 107, true) {
+            Err(Error::Disk { problem, .. }) => assert!(problem.contains("chmod o+r"), "{problem}"),
+            other => panic!("refused, not {other:?}"),
+        }
+        assert_eq!(
+            std::fs::metadata(&q).unwrap().mode() & 0o777,
+            0o600,
+            "left alone"
+        );
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod events;
 pub mod libvirtd;
 pub mod net;
 pub mod openflow;
+pub mod proxy;
 pub mod server;
 pub mod shim;
 pub mod spec;

@@ -8,15 +8,14 @@
 //! anything was touched; 1: any other failure.
 
 use anyhow::Context;
-use roam_vm_shim::{config, console, libvirtd, server, shim::Shim};
+use roam_vm_shim::{config, console, libvirtd, proxy, server, shim::Shim};
 use tokio::signal::unix::{SignalKind, signal};
 
 const HELP: &str = "\
 roam-shim: owns one libvirt domain and serves its migration API
 
   roam-shim [--config FILE] [--KEY VALUE ...]
-  roam-shim libvirtd --listen IP:PORT [--libvirtd PATH] [--run-dir DIR]
-                     [--pki-dir DIR [--allowed-peer NODE]...]
+  roam-shim libvirtd [--listen IP:PORT] [--libvirtd PATH] [--run-dir DIR]
                      [--disk IMAGE [--disk-format F] [--disk-access A] [--image-root DIR]]
                                    the launcher pod's own libvirtd (its other container)
   roam-shim console --file PATH [--to FILE]
@@ -29,7 +28,10 @@ keys (JSON file or flags; a flag overrides the file):
   disk-access(read-write|read-only)   read-only: a disk of the image store, shared by all
   mac tap ovn-port serial-log                                      its NIC and console
   nics MAC/TAP/OVN-PORT,...        several NICs (eth0, eth1, ...) instead of mac tap ovn-port
-  node libvirt-uri peer-libvirt-uri migration-uri                  this node
+  node libvirt-uri                                                 this node
+  migration-proxy IP:PORT allowed-peers NODE,...   migrations through the shims' mutual
+                      TLS (needs pki-dir): libvirt and QEMU over the pod's UNIX sockets
+  peer-libvirt-uri migration-uri   instead: plain TCP between the libvirtds (tests)
   ovs-db bridge(br-int)                                            this node's OVS
   listen token-file|token-sha256 state-file mode(boot|incoming) kvm   the shim
                                    (token-sha256: the token's SHA-256, 64 hex digits)
@@ -106,22 +108,6 @@ fn exec_libvirtd(args: &[String]) -> anyhow::Result<()> {
     let a = libvirtd::parse(args).map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&a.run_dir)
         .with_context(|| format!("create {}", a.run_dir.display()))?;
-    // the image's qemu.conf names this directory for the migration's TLS: it exists even
-    // when empty (libvirt checks the directories qemu.conf names)
-    let qemu_pki = a.run_dir.join(libvirtd::QEMU_PKI);
-    std::fs::create_dir_all(&qemu_pki).with_context(|| format!("create {}", qemu_pki.display()))?;
-    if let Some(pki) = &a.pki_dir {
-        // a node that just joined may not have its certificate yet: wait for roam-node
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-        while let Some(missing) = libvirtd::pki_missing(pki) {
-            anyhow::ensure!(std::time::Instant::now() < deadline, "{missing}");
-            tracing::info!("{missing}; waiting");
-            std::thread::sleep(std::time::Duration::from_secs(2));
-        }
-        libvirtd::link_tls(&a.run_dir, pki).with_context(|| {
-            format!("link the node's certificates under {}", a.run_dir.display())
-        })?;
-    }
     if let Some(d) = &a.disk {
         // QEMU runs in this container's mount namespace: it gets the checked file, pinned
         let checked = roam_vm_shim::disk::open(
@@ -129,6 +115,14 @@ fn exec_libvirtd(args: &[String]) -> anyhow::Result<()> {
             &d.image,
             &d.format,
             &roam_disk_image::Limits::default(),
+        )?;
+        // QEMU runs unprivileged: its disk must be its own, or readable by it
+        roam_vm_shim::disk::give_to(
+            &checked,
+            &d.image,
+            libvirtd::QEMU_UID,
+            libvirtd::QEMU_GID,
+            d.read_only,
         )?;
         let at = std::path::Path::new(roam_vm_shim::disk::PINNED);
         roam_vm_shim::disk::pin(&checked, at, d.read_only)?;
@@ -140,18 +134,9 @@ fn exec_libvirtd(args: &[String]) -> anyhow::Result<()> {
     }
     let uuid = libvirtd::new_host_uuid().context("a host UUID for libvirtd")?;
     let file = a.run_dir.join("roam-libvirtd.conf");
-    std::fs::write(
-        &file,
-        libvirtd::config(
-            a.listen,
-            &uuid,
-            &a.run_dir,
-            a.pki_dir.as_deref(),
-            &a.allowed_peers,
-        ),
-    )
-    .with_context(|| format!("write {}", file.display()))?;
-    tracing::info!(listen = %a.listen, host_uuid = %uuid, "starting libvirtd");
+    std::fs::write(&file, libvirtd::config(a.listen, &uuid, &a.run_dir))
+        .with_context(|| format!("write {}", file.display()))?;
+    tracing::info!(listen = ?a.listen, host_uuid = %uuid, "starting libvirtd");
     let err = std::process::Command::new(&a.libvirtd)
         .args(libvirtd::command_line(&a, &file))
         .exec();
@@ -167,9 +152,40 @@ async fn run(cfg: config::ShimConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("listen on {listen}"))?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // a migration's target: the source node's shim carries libvirt's and QEMU's streams here
+    let proxy = match (&cfg.migration, &cfg.pki_dir) {
+        (
+            config::Migration::Proxy {
+                listen,
+                allowed_peers,
+            },
+            Some(dir),
+        ) => {
+            let l = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("listen on {listen} (the migration proxy)"))?;
+            let dir = dir.clone();
+            let tls: proxy::ServerConfigSource = std::sync::Arc::new(move || {
+                roam_shim_api::tls::Identity::read_dir(&dir)
+                    .and_then(|i| {
+                        i.peer_server_config(&[proxy::ALPN_LIBVIRT, proxy::ALPN_MIGRATION])
+                    })
+                    .map_err(|e| e.to_string())
+            });
+            tracing::info!(%listen, peers = ?allowed_peers, "migration proxy");
+            Some(tokio::spawn(proxy::serve(
+                l,
+                tls,
+                std::sync::Arc::new(allowed_peers.clone()),
+                proxy::Sockets::new(std::path::Path::new(libvirtd::RUN_DIR)),
+                stop_rx.clone(),
+            )))
+        }
+        _ => None,
+    };
     let shim = Shim::start(cfg).await?;
     tracing::info!(%listen, "serving the migration API");
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = tokio::spawn(server::serve(shim.clone(), listener, stop_rx));
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -180,6 +196,9 @@ async fn run(cfg: config::ShimConfig) -> anyhow::Result<()> {
     };
     let _ = stop_tx.send(true);
     let _ = server.await;
+    if let Some(p) = proxy {
+        let _ = p.await;
+    }
     if lost {
         // a pod's deletion stops libvirtd and the shim together: libvirtd, quicker, may go
         // first. A SIGTERM right behind the lost connection is that shutdown, whose taps must

@@ -16,6 +16,7 @@
 //!   OVS port are removed only when no domain of the VM's name is on this node.
 
 use std::collections::{BTreeSet, VecDeque};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -31,11 +32,20 @@ use crate::api::{
     PreparedNic, Status,
 };
 use crate::client::ShimClient;
-use crate::config::{Mode, ShimConfig};
+use crate::config::{Migration, Mode, ShimConfig};
 use crate::events::{Event, Lifecycle};
+use crate::proxy::{Outgoing, Sockets};
 use crate::sys::{LifecycleSubscription, RawLifecycle};
 use crate::{Error, Result, domain, net};
 use roam_shim_api::tls::{ClientTls, Identity};
+
+/// Where libvirt sends a migration: the target libvirtd's URI, the migration URI, and where
+/// the target QEMU listens (through the proxies: the pods' sockets).
+struct MigrationRoute {
+    libvirt_uri: String,
+    uri: String,
+    listen_address: Option<String>,
+}
 
 /// Events kept for the long poll.
 const EVENT_LOG_CAP: usize = 1024;
@@ -522,11 +532,32 @@ impl Shim {
         self.plumb().await?;
         lock(&self.inner.state).incoming = true;
         let cfg = &self.inner.cfg;
+        let (libvirt_uri, migration_uri, proxy) = match &cfg.migration {
+            Migration::Plain {
+                peer_libvirt_uri,
+                migration_uri,
+            } => (peer_libvirt_uri.clone(), migration_uri.to_string(), None),
+            Migration::Proxy { listen, .. } => {
+                // a socket an earlier, failed attempt's QEMU left: the next one's QEMU
+                // could not listen there
+                let incoming = Sockets::new(Path::new(crate::libvirtd::RUN_DIR)).incoming();
+                if let Err(e) = std::fs::remove_file(&incoming)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    return Err(Error::Io {
+                        what: format!("remove the stale {}", incoming.display()),
+                        source: e,
+                    });
+                }
+                (String::new(), String::new(), Some(listen.to_string()))
+            }
+        };
         tracing::info!(vm = %self.name(), "prepared for an incoming migration");
         Ok(Prepared {
             node: cfg.node.clone(),
-            libvirt_uri: cfg.peer_libvirt_uri.clone(),
-            migration_uri: cfg.migration_uri.clone(),
+            libvirt_uri,
+            migration_uri,
+            proxy,
             tap: cfg.vm.nics[0].tap.clone(),
             ovn_port: cfg.ovn_ports[0].clone(),
             nics: cfg
@@ -539,11 +570,50 @@ impl Shim {
         })
     }
 
-    /// Whether this node's libvirt is reached over TLS (`--peer-libvirt-uri qemu+tls://…`,
-    /// the launcher has the node's certificates): then its migrations go over TLS only,
-    /// libvirt's connection and QEMU's stream both.
+    /// Whether this node migrates through the shims' mutual-TLS proxies
+    /// (`--migration-proxy`): then only so, libvirt's connection and QEMU's stream both.
     fn migrates_over_tls(&self) -> bool {
-        self.inner.cfg.peer_libvirt_uri.starts_with("qemu+tls://")
+        matches!(self.inner.cfg.migration, Migration::Proxy { .. })
+    }
+
+    /// The source's side of the proxies for a migration to `prepared` (in the runtime), and
+    /// the URIs and listen address libvirt is given: its sockets.
+    fn outgoing(&self, prepared: &Prepared) -> Result<(Outgoing, MigrationRoute)> {
+        let bad = |m: String| Error::BadRequest(m);
+        let dir = self.inner.cfg.pki_dir.as_ref().ok_or_else(|| {
+            bad("this shim has no node identity (--pki-dir) for the migration proxy".into())
+        })?;
+        let target: std::net::SocketAddr = prepared
+            .proxy
+            .as_deref()
+            .unwrap_or_default()
+            .parse()
+            .map_err(|_| bad(format!("the target's migration proxy {:?}", prepared.proxy)))?;
+        let config = Identity::read_dir(dir)?.client_config()?;
+        let sockets = Sockets::new(Path::new(crate::libvirtd::RUN_DIR));
+        let out = Outgoing::start(
+            &sockets,
+            target,
+            &prepared.node,
+            config,
+            // QEMU, unprivileged, connects to the stream's socket
+            Some(crate::libvirtd::QEMU_GID),
+        )
+        .map_err(|e| Error::Io {
+            what: format!(
+                "listen on {} for the migration proxy",
+                sockets.peer().display()
+            ),
+            source: e,
+        })?;
+        Ok((
+            out,
+            MigrationRoute {
+                libvirt_uri: sockets.peer_uri(),
+                uri: sockets.outgoing_uri(),
+                listen_address: Some(sockets.incoming().display().to_string()),
+            },
+        ))
     }
 
     /// The client of a migration's target shim: with this node's identity, over mutual TLS
@@ -642,13 +712,28 @@ impl Shim {
                 j.target_node = Some(prepared.node.clone());
             }
         }
+        let (proxy, route) = if self.migrates_over_tls() {
+            let (out, route) = self.outgoing(&prepared)?;
+            (Some(out), route)
+        } else {
+            let route = MigrationRoute {
+                libvirt_uri: prepared.libvirt_uri.clone(),
+                uri: prepared.migration_uri.clone(),
+                listen_address: None,
+            };
+            (None, route)
+        };
         tracing::info!(vm = %self.name(), job = id, target = %req.target, node = %prepared.node, "migration starts");
         let shim = self.clone();
         let req = req.clone();
         let rt = tokio::runtime::Handle::current();
         std::thread::Builder::new()
             .name(format!("migration-{id}"))
-            .spawn(move || shim.run_migration(id, dom, req, prepared, aborted, target, rt))
+            .spawn(move || {
+                shim.run_migration(id, dom, req, prepared, route, aborted, target, rt);
+                // the proxy's sockets go with the migration
+                drop(proxy);
+            })
             .map_err(|e| Error::Io {
                 what: "start the migration thread".into(),
                 source: e,
@@ -663,17 +748,14 @@ impl Shim {
         dom: Domain,
         req: MigrateRequest,
         prepared: Prepared,
+        route: MigrationRoute,
         aborted: Arc<AtomicBool>,
         target: ShimClient,
         rt: tokio::runtime::Handle,
     ) {
+        // no VIR_MIGRATE_TLS: through the proxies, TLS is the shims' (QEMU holds no key)
         let mut flags =
             sys::VIR_MIGRATE_LIVE | sys::VIR_MIGRATE_PEER2PEER | sys::VIR_MIGRATE_ABORT_ON_ERROR;
-        if self.migrates_over_tls() {
-            // QEMU's stream over TLS too, with the node certificates (qemu.conf's
-            // migrate_tls_x509_cert_dir, which roam-shim libvirtd fills)
-            flags |= sys::VIR_MIGRATE_TLS;
-        }
         if req.auto_converge {
             flags |= sys::VIR_MIGRATE_AUTO_CONVERGE;
         }
@@ -686,7 +768,8 @@ impl Shim {
             tracing::warn!("cannot set the max downtime before the migration: {e}");
         }
         let params = VirtParams {
-            uri: Some(prepared.migration_uri.clone()),
+            uri: Some(route.uri),
+            listen_address: route.listen_address,
             bandwidth: req.bandwidth_mib_s,
             ..Default::default()
         };
@@ -700,7 +783,7 @@ impl Shim {
                 shim.watch_job(id, &dom, &done, &aborted, deadline, post_copy, downtime)
             })
         };
-        let res = dom.migrate_to_uri3(Some(&prepared.libvirt_uri), params, flags);
+        let res = dom.migrate_to_uri3(Some(&route.libvirt_uri), params, flags);
         done.store(true, Ordering::SeqCst);
         let timed_out = watcher.join().unwrap_or(false);
         let timeout_s = req.timeout().as_secs();

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Resource, ResourceExt};
 pub use roam_shim_api::launch::Mode;
 use roam_shim_api::launch::{
-    self, LaunchArgs, LaunchBoot, LaunchNic, LaunchToken, MigrationUri, OvsDb,
+    self, LaunchArgs, LaunchBoot, LaunchNic, LaunchToken, Migration, MigrationUri, OvsDb,
 };
 use roam_shim_api::token::TokenDigest;
 use serde_json::json;
@@ -44,8 +44,9 @@ pub struct VmConfig {
     /// `P` listens for migrating libvirtds on `P + N` (N: the range's width, see
     /// [`libvirt_port`]).
     pub shim_ports: (u16, u16),
-    /// How a source libvirtd reaches a target launcher's: `{node}`, `{ip}` and `{port}` (the
-    /// launcher's libvirt port) replaced.
+    /// Without [`VmConfig::node_pki_dir`]: how a source libvirtd reaches a target
+    /// launcher's over plain TCP, `{node}`, `{ip}` and `{port}` (the launcher's libvirt port)
+    /// replaced. With it, unused: the shims' migration proxies listen on that port.
     pub peer_libvirt_uri: String,
     /// The host directory for the guests' serial logs (hostPath in the launcher pods).
     pub vm_log_dir: String,
@@ -53,10 +54,10 @@ pub struct VmConfig {
     /// being evicted under node pressure).
     pub priority_class: Option<String>,
     /// The nodes' roam PKI directory (roam-node's: the node's key and certificate, the roam
-    /// CA), mounted read-only into the launcher's libvirtd and shim: migrations then go over
-    /// TLS with the node certificates (`peer_libvirt_uri` is `qemu+tls://…`), and the shim's
-    /// API is mutual TLS only (roam-controller presents its own certificate of the CA).
-    /// `None`: plain TCP and HTTP.
+    /// CA), mounted read-only into the shim's container (never libvirtd's, where QEMU runs):
+    /// migrations then go through the shims' mutual-TLS proxies, libvirt and QEMU over the
+    /// pod's UNIX sockets only, and the shim's API is mutual TLS only (roam-controller
+    /// presents its own certificate of the CA). `None`: plain TCP and HTTP.
     pub node_pki_dir: Option<String>,
     /// The admin's image store on the nodes: every boot file must be under it (checked
     /// before anything is created, and by the shim with symbolic links resolved), and it is
@@ -253,12 +254,10 @@ struct Parts {
     /// The disk image's flags for `roam-shim libvirtd`, which checks and pins the image in
     /// the container QEMU runs in before libvirtd starts (none for a kernel boot).
     disk_args: Vec<String>,
-    /// The nodes whose certificates the libvirtd takes: its own (an admin of the node), and
-    /// a target's migration source.
-    peers: Vec<String>,
-    /// The node's IP (the launcher's libvirtd listens on it).
-    ip: IpAddr,
-    libvirt_port: u16,
+    /// Where the launcher's libvirtd listens for a plain migration (the node's IP and the
+    /// launcher's libvirt port); `None` with the nodes' identities, where libvirtd has no
+    /// network socket and the shim's proxy takes that port.
+    plain_listen: Option<SocketAddr>,
 }
 
 fn parts(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -> Result<Parts> {
@@ -353,11 +352,25 @@ fn parts(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -> Result<Pa
             l.port, cfg.shim_ports.0, cfg.shim_ports.1
         ))
     })?;
-    let peer = cfg
-        .peer_libvirt_uri
-        .replace("{node}", l.node)
-        .replace("{ip}", l.node_ip)
-        .replace("{port}", &libvirt_port.to_string());
+    let peers: Vec<String> = std::iter::once(l.node)
+        .chain(l.source)
+        .map(String::from)
+        .collect();
+    let migration = match &cfg.node_pki_dir {
+        // the shim's proxy on the launcher's libvirt port; libvirtd has no network socket
+        Some(_) => Migration::Proxy {
+            listen: SocketAddr::new(ip, libvirt_port),
+            allowed_peers: peers.clone(),
+        },
+        None => Migration::Plain {
+            peer_libvirt_uri: cfg
+                .peer_libvirt_uri
+                .replace("{node}", l.node)
+                .replace("{ip}", l.node_ip)
+                .replace("{port}", &libvirt_port.to_string()),
+            migration_uri: MigrationUri::tcp(l.node_ip).map_err(invalid)?,
+        },
+    };
     // the guest's console, a file on the node (QEMU appends to it)
     let serial_log = format!("{}/{ns}_{name}.serial.log", cfg.vm_log_dir);
     // a volume's image must resolve inside the volume (no symbolic link the tenant left
@@ -401,8 +414,7 @@ fn parts(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -> Result<Pa
         serial_log: serial_log.clone().into(),
         node: l.node.to_string(),
         libvirt_uri: launch::NODE_LIBVIRT_URI.into(),
-        peer_libvirt_uri: peer,
-        migration_uri: MigrationUri::tcp(l.node_ip).map_err(invalid)?,
+        migration,
         ovs_db: OvsDb::node(),
         bridge: launch::DEFAULT_BRIDGE.into(),
         listen: SocketAddr::new(ip, l.port),
@@ -423,12 +435,10 @@ fn parts(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -> Result<Pa
         volume_claim,
         host_dirs,
         disk_args,
-        peers: std::iter::once(l.node)
-            .chain(l.source)
-            .map(String::from)
-            .collect(),
-        ip,
-        libvirt_port,
+        plain_listen: match cfg.node_pki_dir {
+            None => Some(SocketAddr::new(ip, libvirt_port)),
+            Some(_) => None,
+        },
     })
 }
 
@@ -488,29 +498,25 @@ fn vm_containers(
         json!({"name": "openvswitch", "mountPath": "/run/openvswitch"}),
         json!({"name": "state", "mountPath": STATE_DIR}),
     ]);
-    let mut libvirtd_args = vec![
-        "libvirtd".to_string(),
-        "--listen".into(),
-        SocketAddr::new(p.ip, p.libvirt_port).to_string(),
-    ];
+    let mut libvirtd_args = vec!["libvirtd".to_string()];
+    if let Some(l) = p.plain_listen {
+        libvirtd_args.extend(["--listen".to_string(), l.to_string()]);
+    }
     libvirtd_args.extend(p.disk_args.iter().cloned());
+    // no node key where QEMU runs: the shim alone holds it (the API, the migration proxy)
     let mut libvirtd_mounts = vm_mounts.clone();
     if let Some(pki) = &cfg.node_pki_dir {
-        // the node's identity for the migration's TLS: read only, the libvirtd container's
-        libvirtd_args.extend(["--pki-dir".to_string(), pki.clone()]);
-        // no other node's certificate opens this VM's libvirtd
-        for peer in &p.peers {
-            libvirtd_args.extend(["--allowed-peer".to_string(), peer.clone()]);
-        }
         volumes.push(json!({"name": "node-pki", "hostPath": {"path": pki, "type": "Directory"}}));
-        libvirtd_mounts.push(json!({"name": "node-pki", "mountPath": pki, "readOnly": true}));
     }
+    // the one device of the node QEMU's container has (libvirtd opens the VM's taps)
+    volumes.push(json!({"name": "tun", "hostPath": {"path": TUN, "type": "CharDevice"}}));
+    libvirtd_mounts.push(json!({"name": "tun", "mountPath": TUN}));
     let mut libvirtd = json!({
         "name": "libvirtd",
         "image": cfg.launcher_image,
         "imagePullPolicy": "IfNotPresent",
         "args": libvirtd_args,
-        "securityContext": {"privileged": true},
+        "securityContext": libvirtd_security(),
         // a crash's last log lines become its termination message: the VM's
         // condition quotes them (launcher_trouble)
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -530,6 +536,40 @@ fn vm_containers(
     });
     (vec![libvirtd, shim], volumes)
 }
+
+/// The node's TUN/TAP device.
+const TUN: &str = "/dev/net/tun";
+
+/// The container libvirtd and QEMU run in: not privileged (its `/dev` is the runtime's
+/// minimal one and the TUN device, no disk or other device of the node), with the
+/// capabilities libvirtd needs to run QEMU unprivileged and nothing else; QEMU itself runs as
+/// uid 107 with none (`deploy/launcher/qemu.conf`).
+pub fn libvirtd_security() -> serde_json::Value {
+    json!({
+        "privileged": false,
+        "capabilities": {
+            "drop": ["ALL"],
+            "add": LIBVIRTD_CAPABILITIES,
+        },
+    })
+}
+
+/// What libvirtd's container may do, and why: `SYS_ADMIN` — `roam-shim libvirtd` bind-mounts
+/// the checked disk image and unmounts the volume in the container's own mount namespace;
+/// `NET_ADMIN` — libvirtd opens the VM's tap (made by the shim); `SETUID`, `SETGID` — it
+/// starts QEMU as uid/gid 107; `CHOWN`, `FOWNER`, `DAC_OVERRIDE` — it gives QEMU its
+/// per-domain directories and reaches them, and the VM's disk image is given to QEMU's user;
+/// `KILL` — it signals QEMU, which runs as another user.
+pub const LIBVIRTD_CAPABILITIES: &[&str] = &[
+    "SYS_ADMIN",
+    "NET_ADMIN",
+    "SETUID",
+    "SETGID",
+    "CHOWN",
+    "FOWNER",
+    "DAC_OVERRIDE",
+    "KILL",
+];
 
 /// A container that can do nothing but read: no privilege, no capability, a read-only root.
 fn unprivileged() -> serde_json::Value {
@@ -1515,56 +1555,56 @@ mod tests {
     }
 
     #[test]
-    fn with_the_nodes_pki_the_launcher_migrates_and_serves_its_api_over_tls() {
+    fn with_the_nodes_pki_the_shim_alone_holds_the_key_and_carries_the_migration() {
         let cfg = VmConfig {
             node_pki_dir: Some("/var/lib/roam/pki".into()),
-            peer_libvirt_uri: "qemu+tls://{ip}:{port}/system?pkipath=/run/libvirt/pki/libvirt"
-                .into(),
             ..cfg()
         };
         let nics = [nic(0, "a.node-a")];
         let p = launcher_pod(&cfg, &vm(), &boot_on_a(&nics)).unwrap();
         let spec = p.spec.unwrap();
         let libvirtd = &spec.containers[0];
-        assert_eq!(
-            libvirtd.args.clone().unwrap(),
-            [
-                "libvirtd",
-                "--listen",
-                "10.0.0.1:17200",
-                "--pki-dir",
-                "/var/lib/roam/pki",
-                // its own node's certificate only (an admin of the node)
-                "--allowed-peer",
-                "node-a"
-            ]
-        );
-        // a migration's target also takes the source's, and no other node's
-        let target = LauncherSpec {
-            mode: Mode::Incoming,
-            migration: Some("mig"),
-            source: Some("node-b"),
-            ..boot_on_a(&nics)
-        };
-        let p = launcher_pod(&cfg, &vm(), &target).unwrap();
-        let args = p.spec.unwrap().containers[0].args.clone().unwrap();
+        // no network socket, no key where QEMU runs
+        assert_eq!(libvirtd.args.clone().unwrap(), ["libvirtd"]);
+        // not privileged: of the node's devices only the TUN device
+        let sc = libvirtd.security_context.clone().unwrap();
+        assert_eq!(sc.privileged, Some(false));
+        let caps = sc.capabilities.unwrap();
+        assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]));
         assert!(
-            args.ends_with(&[
-                "--allowed-peer".into(),
-                "node-a".into(),
-                "--allowed-peer".into(),
-                "node-b".into()
-            ]),
-            "{args:?}"
+            !caps
+                .add
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c == "SYS_PTRACE" || c == "SYS_MODULE" || c == "SYS_RAWIO"),
+            "libvirtd's capabilities"
         );
-        let mount = libvirtd
-            .volume_mounts
+        let host_paths: Vec<String> = spec
+            .volumes
             .iter()
             .flatten()
-            .find(|m| m.mount_path == "/var/lib/roam/pki")
-            .expect("the node's PKI in the libvirtd container");
-        assert_eq!(mount.read_only, Some(true));
-        // the shim serves its API over mutual TLS with the node's certificate
+            .filter(|v| {
+                libvirtd
+                    .volume_mounts
+                    .iter()
+                    .flatten()
+                    .any(|m| m.name == v.name)
+            })
+            .filter_map(|v| v.host_path.as_ref().map(|h| h.path.clone()))
+            .filter(|p| p.starts_with("/dev"))
+            .collect();
+        assert_eq!(host_paths, ["/dev/net/tun"]);
+        assert!(
+            !libvirtd
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == "node-pki"),
+            "the node's PKI in the libvirtd container: {:?}",
+            libvirtd.volume_mounts
+        );
+        // the shim serves its API over mutual TLS with the node's certificate, and its
+        // proxy takes the launcher's libvirt port, for its own node's certificate only
         let mount = shim(&spec)
             .volume_mounts
             .iter()
@@ -1573,15 +1613,28 @@ mod tests {
             .expect("the node's PKI in the shim container");
         assert_eq!(mount.read_only, Some(true));
         let args = shim(&spec).args.clone().unwrap();
-        let i = args.iter().position(|a| a == "--pki-dir").unwrap();
-        assert_eq!(args[i + 1], "/var/lib/roam/pki");
+        let get = |args: &[String], k: &str| {
+            let i = args.iter().position(|a| a == k).unwrap();
+            args[i + 1].clone()
+        };
+        assert_eq!(get(&args, "--pki-dir"), "/var/lib/roam/pki");
+        assert_eq!(get(&args, "--migration-proxy"), "10.0.0.1:17200");
+        assert_eq!(get(&args, "--allowed-peers"), "node-a");
+        for plain in ["--peer-libvirt-uri", "--migration-uri"] {
+            assert!(!args.iter().any(|a| a == plain), "{plain}: {args:?}");
+        }
         assert_eq!(shim_url("10.0.0.1", 17001, true), "https://10.0.0.1:17001");
         assert_eq!(shim_url("10.0.0.1", 17001, false), "http://10.0.0.1:17001");
-        let i = args.iter().position(|a| a == "--peer-libvirt-uri").unwrap();
-        assert_eq!(
-            args[i + 1],
-            "qemu+tls://10.0.0.1:17200/system?pkipath=/run/libvirt/pki/libvirt"
-        );
+        // a migration's target also takes the source's, and no other node's
+        let target = LauncherSpec {
+            mode: Mode::Incoming,
+            migration: Some("mig"),
+            source: Some("node-b"),
+            ..boot_on_a(&nics)
+        };
+        let p = launcher_pod(&cfg, &vm(), &target).unwrap();
+        let args = shim(p.spec.as_ref().unwrap()).args.clone().unwrap();
+        assert_eq!(get(&args, "--allowed-peers"), "node-a,node-b");
     }
 
     #[test]

@@ -1,0 +1,193 @@
+//! The migration proxy with real TLS and real UNIX sockets: a source shim's [`Outgoing`]
+//! carries what its libvirtd and QEMU write to the pod's sockets to a target shim's
+//! [`proxy::serve`], which hands each stream to the target pod's socket its protocol names —
+//! and to nobody else: a node outside the allow-list, roam-controller's certificate, a
+//! client without a certificate and a certificate of another CA get nothing through.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use roam_shim_api::tls::Identity;
+use roam_vm_shim::proxy::{self, Outgoing, Sockets};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixListener, UnixStream};
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+fn node(ca: &roam_pki::Ca, name: &str) -> Identity {
+    let facts = roam_pki::NodeFacts {
+        name: name.into(),
+        addresses: vec!["127.0.0.1".parse().unwrap()],
+    };
+    let (key, cert) = roam_pki::node_identity(ca, &facts, SystemTime::now(), DAY).unwrap();
+    Identity::from_pem(&key, &cert, ca.cert_pem(), name)
+}
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("roam-proxy-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A stand-in for the target pod's libvirtd or QEMU at `path`: answers each connection
+/// with `tag` and then echoes what it reads.
+fn echo(path: PathBuf, tag: &'static [u8]) {
+    let l = UnixListener::bind(path).unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut u, _) = l.accept().await.unwrap();
+            tokio::spawn(async move {
+                u.write_all(tag).await.unwrap();
+                let mut buf = vec![0; 64 * 1024];
+                loop {
+                    match u.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            if u.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// A target shim's proxy taking `allowed`, its pod's sockets in `run`.
+async fn target(ca: &roam_pki::Ca, run: &Path, allowed: &[&str]) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let id = node(ca, "node-b");
+    let config: proxy::ServerConfigSource = Arc::new(move || {
+        id.peer_server_config(&[proxy::ALPN_LIBVIRT, proxy::ALPN_MIGRATION])
+            .map_err(|e| e.to_string())
+    });
+    let sockets = Sockets::new(run);
+    echo(sockets.libvirtd(), b"libvirtd:");
+    echo(sockets.incoming(), b"qemu:");
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    std::mem::forget(_tx);
+    let allowed = Arc::new(allowed.iter().map(|s| s.to_string()).collect());
+    tokio::spawn(proxy::serve(l, config, allowed, sockets, rx));
+    addr
+}
+
+/// Through `socket`: what comes back for `send`, or an empty answer when the proxy hung up.
+async fn through(socket: &Path, send: &[u8], want: usize) -> Vec<u8> {
+    let mut u = UnixStream::connect(socket).await.unwrap();
+    u.write_all(send).await.unwrap();
+    let mut got = vec![0; want];
+    let read = tokio::time::timeout(Duration::from_secs(30), u.read_exact(&mut got)).await;
+    match read {
+        Ok(Ok(_)) => got,
+        Ok(Err(_)) => vec![],
+        Err(_) => panic!(
+            "no answer and no hang-up within 30 s through {}",
+            socket.display()
+        ),
+    }
+}
+
+#[tokio::test]
+async fn each_stream_reaches_the_socket_its_protocol_names() {
+    let ca = roam_pki::Ca::generate(SystemTime::now(), DAY).unwrap();
+    let (src, dst) = (dir("src"), dir("dst"));
+    let addr = target(&ca, &dst, &["node-a", "node-b"]).await;
+    let sockets = Sockets::new(&src);
+    let _out = Outgoing::start(
+        &sockets,
+        addr,
+        "node-b",
+        node(&ca, "node-a").client_config().unwrap(),
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        through(&sockets.peer(), b"rpc", 12).await,
+        b"libvirtd:rpc".to_vec()
+    );
+    // a stream of many buffers arrives whole and in order
+    let big: Vec<u8> = (0..4 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let mut want = b"qemu:".to_vec();
+    want.extend(&big);
+    let got = through(&sockets.outgoing(), &big, want.len()).await;
+    assert!(got == want, "the migration stream came back altered");
+    drop(_out);
+    assert!(
+        !sockets.peer().exists() && !sockets.outgoing().exists(),
+        "the source's sockets are removed with the migration"
+    );
+}
+
+#[tokio::test]
+async fn no_other_identity_gets_through() {
+    let ca = roam_pki::Ca::generate(SystemTime::now(), DAY).unwrap();
+    let dst = dir("dst-refuse");
+    let addr = target(&ca, &dst, &["node-a", "node-b"]).await;
+    let now = SystemTime::now();
+    let (ckey, ccert) = ca.controller_identity(now, DAY).unwrap();
+    let controller = Identity::from_pem(&ckey, &ccert, ca.cert_pem(), "roam-controller");
+    let other_ca = roam_pki::Ca::generate(now, DAY).unwrap();
+    let mut foreign = node(&other_ca, "node-a").client_config().unwrap();
+    // it trusts the target's CA, but its own certificate is another CA's
+    foreign = {
+        let own = node(&ca, "node-a");
+        let mut c = own.client_config().unwrap();
+        c.client_auth_cert_resolver = foreign.client_auth_cert_resolver.clone();
+        c
+    };
+    for (who, config) in [
+        ("node-c", node(&ca, "node-c").client_config().unwrap()),
+        ("roam-controller", controller.client_config().unwrap()),
+        ("another CA's node-a", foreign),
+    ] {
+        let src = dir(&format!("src-{}", who.replace(' ', "-")));
+        let sockets = Sockets::new(&src);
+        let _out = Outgoing::start(&sockets, addr, "node-b", config, None).unwrap();
+        for s in [sockets.peer(), sockets.outgoing()] {
+            assert_eq!(
+                through(&s, b"x", 5).await,
+                Vec::<u8>::new(),
+                "{who} got through {}",
+                s.display()
+            );
+        }
+    }
+    // a client without a certificate gets no session
+    let plain = tokio_rustls_client_without_cert(&ca);
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("node-b").unwrap();
+    let session = tokio_rustls::TlsConnector::from(Arc::new(plain))
+        .connect(name, tcp)
+        .await;
+    if let Ok(mut s) = session {
+        // TLS 1.3: the server's refusal arrives with the first read
+        let _ = s.write_all(b"x").await;
+        let mut b = [0u8; 1];
+        assert!(
+            !matches!(s.read(&mut b).await, Ok(n) if n > 0),
+            "a client without a certificate got an answer"
+        );
+    }
+}
+
+fn tokio_rustls_client_without_cert(ca: &roam_pki::Ca) -> tokio_rustls::rustls::ClientConfig {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_slice_iter(ca.cert_pem().as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let mut c = tokio_rustls::rustls::ClientConfig::builder_with_provider(Arc::new(
+        tokio_rustls::rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    c.alpn_protocols = vec![proxy::ALPN_LIBVIRT.to_vec()];
+    c
+}
