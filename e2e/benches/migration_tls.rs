@@ -1,9 +1,11 @@
 //! What encrypting the migration costs, on the lab, in one run: the installed roam-controller
 //! first switched to plain TCP (`ROAM_NODE_PKI_DIR` empty, the peer URI `qemu+tcp://`, set on
-//! its Deployment, a rollout), a VM booted and migrated back and forth
-//! `ROAM_BENCH_TLS_RUNS` times (default 6), then the controller as shipped (TLS with the
-//! nodes' roam certificates: libvirt's connection and QEMU's stream), a new VM, as many
-//! migrations. Per migration, from `status.phaseTransitions`: the copy (Migrating →
+//! its Deployment, a rollout: libvirtd and QEMU straight between the nodes), a VM booted and
+//! migrated back and forth `ROAM_BENCH_TLS_RUNS` times (default 6), then the controller as
+//! shipped (TLS with the nodes' roam certificates), a new VM, as many
+//! migrations (through the shims' mutual-TLS proxies: libvirt's connection and QEMU's stream
+//! over the runner pods' UNIX sockets, carried between the nodes by the shims). Per
+//! migration, from `status.phaseTransitions`: the copy (Migrating →
 //! Switchover), the whole migration (its first phase → Succeeded) and libvirt's downtime.
 //! The summary prints the medians and TLS over plain (target: the whole migration ≤ 1.10).
 //! The controller is put back as shipped whatever happens. Figures: docs/benchmarks.md.

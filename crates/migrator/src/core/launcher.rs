@@ -68,7 +68,7 @@ pub struct VmConfig {
     /// ([`crate::core::placement::DEFAULT_CPU_ALLOCATION_RATIO`] by default).
     pub cpu_allocation_ratio: u32,
     /// The privilege split: the VMs' runners, in roam's namespace (see [`runner_pod`]). `None`:
-    /// each VM's launcher pod runs it, privileged, in the VM's namespace.
+    /// each VM's launcher pod runs it, with the runner's host powers, in the VM's namespace.
     pub runners: Option<RunnerConfig>,
 }
 
@@ -497,6 +497,7 @@ fn vm_containers(
         json!({"name": "libvirt", "mountPath": "/var/run/libvirt"}),
         json!({"name": "openvswitch", "mountPath": "/run/openvswitch"}),
         json!({"name": "state", "mountPath": STATE_DIR}),
+        json!({"name": "tun", "mountPath": TUN}),
     ]);
     let mut libvirtd_args = vec!["libvirtd".to_string()];
     if let Some(l) = p.plain_listen {
@@ -530,7 +531,10 @@ fn vm_containers(
         "image": cfg.launcher_image,
         "imagePullPolicy": "IfNotPresent",
         "args": p.args,
-        "securityContext": {"privileged": true},
+        "securityContext": {
+            "privileged": false,
+            "capabilities": {"drop": ["ALL"], "add": SHIM_CAPABILITIES},
+        },
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": shim_mounts,
     });
@@ -571,6 +575,13 @@ pub const LIBVIRTD_CAPABILITIES: &[&str] = &[
     "KILL",
 ];
 
+/// What the shim's container may do, and why: `NET_ADMIN` — it creates the VM's persistent
+/// taps, brings them up and removes them (the node's network: the runner has the host's);
+/// `DAC_READ_SEARCH` — it reads the VM's boot files and disk image to check them, which may
+/// belong to QEMU's user or the VM's owner. Everything else it does is over sockets: OVS's
+/// database and bridge, its libvirtd, the API.
+pub const SHIM_CAPABILITIES: &[&str] = &["NET_ADMIN", "DAC_READ_SEARCH"];
+
 /// A container that can do nothing but read: no privilege, no capability, a read-only root.
 fn unprivileged() -> serde_json::Value {
     json!({
@@ -582,8 +593,9 @@ fn unprivileged() -> serde_json::Value {
 }
 
 /// The launcher pod of `vm` (pure). Without runners ([`VmConfig::runners`]) it is the one pod
-/// of the VM: host network, pinned to its node, libvirtd, QEMU and the shim in privileged
-/// containers, the console in an unprivileged one. With runners it is the VM's unprivileged
+/// of the VM: host network, pinned to its node, libvirtd, QEMU and the shim in containers
+/// with the capabilities they need ([`LIBVIRTD_CAPABILITIES`], [`SHIM_CAPABILITIES`]), the
+/// console in one with none. With runners it is the VM's unprivileged
 /// pod in its namespace: it holds the VM's resource requests and identity (its Addresses are
 /// this pod's), mounts its boot volume and shows its console, while its runner
 /// ([`runner_pod`], in roam's namespace) runs the VM.
@@ -784,7 +796,7 @@ pub fn claim_host_dir(
     }
 }
 
-/// The runner of launcher pod `launcher` (pure): the privileged, host-network pod in roam's
+/// The runner of launcher pod `launcher` (pure): the host-network pod in roam's
 /// namespace that runs the VM — libvirtd and QEMU, the shim, and a relay of the guest's
 /// console into the launcher pod's console volume. `volume_dir`: where the node shows the
 /// VM's boot volume ([`claim_host_dir`]), for a VM that boots from one.
