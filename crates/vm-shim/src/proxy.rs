@@ -9,9 +9,10 @@
 //!   [`Sockets::peer`] as the target's URI; the source shim's [`Outgoing`] listens there and
 //!   carries each connection to the target shim, which hands it to its libvirtd's own socket
 //!   ([`Sockets::libvirtd`]);
-//! - **QEMU's stream**: the source QEMU connects to `unix://` [`Sockets::outgoing`] (the
-//!   migration URI), the target QEMU listens on [`Sockets::incoming`] (libvirt's
-//!   `listen_address`); the shims carry it the same way.
+//! - **QEMU's stream**: the migration URI is `unix://` [`Sockets::migration`]: the target
+//!   QEMU listens there in its pod, the source QEMU connects there in its own (libvirt takes
+//!   the one path for both sides), where the source shim listens; the shims carry it the
+//!   same way.
 //!
 //! Which of the two a connection is, the source says with TLS's application protocol
 //! ([`ALPN_LIBVIRT`], [`ALPN_MIGRATION`]); the target takes only certificates of the roam CA
@@ -67,14 +68,10 @@ impl Sockets {
         self.dir.join("roam-migration-peer.sock")
     }
 
-    /// Where the source QEMU sends its stream (the source shim listens).
-    pub fn outgoing(&self) -> PathBuf {
-        self.dir.join("roam-migration-out.sock")
-    }
-
-    /// Where the target QEMU takes the stream (it listens; the target shim connects).
-    pub fn incoming(&self) -> PathBuf {
-        self.dir.join("roam-migration-in.sock")
+    /// QEMU's stream: on the source the shim listens there and QEMU connects; on the target
+    /// QEMU listens there and the shim connects.
+    pub fn migration(&self) -> PathBuf {
+        self.dir.join("roam-migration.sock")
     }
 
     /// The target libvirtd's URI as the source libvirtd is given it.
@@ -82,9 +79,9 @@ impl Sockets {
         format!("qemu+unix:///system?socket={}", self.peer().display())
     }
 
-    /// The migration URI as the source QEMU is given it.
-    pub fn outgoing_uri(&self) -> String {
-        format!("unix://{}", self.outgoing().display())
+    /// The migration URI libvirt is given.
+    pub fn migration_uri(&self) -> String {
+        format!("unix://{}", self.migration().display())
     }
 }
 
@@ -110,7 +107,7 @@ impl Stream {
     pub fn target_socket(self, s: &Sockets) -> PathBuf {
         match self {
             Stream::Libvirt => s.libvirtd(),
-            Stream::Migration => s.incoming(),
+            Stream::Migration => s.migration(),
         }
     }
 }
@@ -234,7 +231,7 @@ where
 }
 
 /// A source's side, for one migration: listens on [`Sockets::peer`] and
-/// [`Sockets::outgoing`] and carries each connection to the target shim. Dropped: stops
+/// [`Sockets::migration`] and carries each connection to the target shim. Dropped: stops
 /// listening and removes the sockets (the connections it carries end with the migration).
 pub struct Outgoing {
     tasks: Vec<JoinHandle<()>>,
@@ -245,7 +242,7 @@ impl Outgoing {
     /// Listen (in a tokio runtime) for the migration to `target`, whose certificate must name
     /// `node`; `config`: this node's client settings
     /// ([`roam_shim_api::tls::Identity::client_config`]). `qemu_gid`: the group QEMU runs
-    /// as, which may connect to [`Sockets::outgoing`].
+    /// as, which may connect to [`Sockets::migration`].
     pub fn start(
         sockets: &Sockets,
         target: SocketAddr,
@@ -265,7 +262,7 @@ impl Outgoing {
         };
         for (path, stream) in [
             (sockets.peer(), Stream::Libvirt),
-            (sockets.outgoing(), Stream::Migration),
+            (sockets.migration(), Stream::Migration),
         ] {
             // a socket left by an earlier migration of this pod
             match std::fs::remove_file(&path) {
@@ -383,11 +380,7 @@ mod tests {
             s.peer_uri(),
             "qemu+unix:///system?socket=/run/libvirt/roam-migration-peer.sock"
         );
-        assert_eq!(
-            s.outgoing_uri(),
-            "unix:///run/libvirt/roam-migration-out.sock"
-        );
+        assert_eq!(s.migration_uri(), "unix:///run/libvirt/roam-migration.sock");
         assert_eq!(s.libvirtd(), Path::new("/run/libvirt/libvirt-sock"));
-        assert_ne!(s.incoming(), s.outgoing());
     }
 }

@@ -39,12 +39,12 @@ use crate::sys::{LifecycleSubscription, RawLifecycle};
 use crate::{Error, Result, domain, net};
 use roam_shim_api::tls::{ClientTls, Identity};
 
-/// Where libvirt sends a migration: the target libvirtd's URI, the migration URI, and where
-/// the target QEMU listens (through the proxies: the pods' sockets).
+/// Where libvirt sends a migration: the target libvirtd's URI and the migration URI
+/// (through the proxies: the pods' sockets; a `unix://` URI is the path the target QEMU
+/// listens on in its pod and the source QEMU connects to in its own).
 struct MigrationRoute {
     libvirt_uri: String,
     uri: String,
-    listen_address: Option<String>,
 }
 
 /// Events kept for the long poll.
@@ -540,7 +540,7 @@ impl Shim {
             Migration::Proxy { listen, .. } => {
                 // a socket an earlier, failed attempt's QEMU left: the next one's QEMU
                 // could not listen there
-                let incoming = Sockets::new(Path::new(crate::libvirtd::RUN_DIR)).incoming();
+                let incoming = Sockets::new(Path::new(crate::libvirtd::RUN_DIR)).migration();
                 if let Err(e) = std::fs::remove_file(&incoming)
                     && e.kind() != std::io::ErrorKind::NotFound
                 {
@@ -610,8 +610,7 @@ impl Shim {
             out,
             MigrationRoute {
                 libvirt_uri: sockets.peer_uri(),
-                uri: sockets.outgoing_uri(),
-                listen_address: Some(sockets.incoming().display().to_string()),
+                uri: sockets.migration_uri(),
             },
         ))
     }
@@ -719,7 +718,6 @@ impl Shim {
             let route = MigrationRoute {
                 libvirt_uri: prepared.libvirt_uri.clone(),
                 uri: prepared.migration_uri.clone(),
-                listen_address: None,
             };
             (None, route)
         };
@@ -769,7 +767,6 @@ impl Shim {
         }
         let params = VirtParams {
             uri: Some(route.uri),
-            listen_address: route.listen_address,
             bandwidth: req.bandwidth_mib_s,
             ..Default::default()
         };

@@ -68,7 +68,7 @@ async fn target(ca: &roam_pki::Ca, run: &Path, allowed: &[&str]) -> SocketAddr {
     });
     let sockets = Sockets::new(run);
     echo(sockets.libvirtd(), b"libvirtd:");
-    echo(sockets.incoming(), b"qemu:");
+    echo(sockets.migration(), b"qemu:");
     let (_tx, rx) = tokio::sync::watch::channel(false);
     std::mem::forget(_tx);
     let allowed = Arc::new(allowed.iter().map(|s| s.to_string()).collect());
@@ -114,11 +114,11 @@ async fn each_stream_reaches_the_socket_its_protocol_names() {
     let big: Vec<u8> = (0..4 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
     let mut want = b"qemu:".to_vec();
     want.extend(&big);
-    let got = through(&sockets.outgoing(), &big, want.len()).await;
+    let got = through(&sockets.migration(), &big, want.len()).await;
     assert!(got == want, "the migration stream came back altered");
     drop(_out);
     assert!(
-        !sockets.peer().exists() && !sockets.outgoing().exists(),
+        !sockets.peer().exists() && !sockets.migration().exists(),
         "the source's sockets are removed with the migration"
     );
 }
@@ -148,7 +148,7 @@ async fn no_other_identity_gets_through() {
         let src = dir(&format!("src-{}", who.replace(' ', "-")));
         let sockets = Sockets::new(&src);
         let _out = Outgoing::start(&sockets, addr, "node-b", config, None).unwrap();
-        for s in [sockets.peer(), sockets.outgoing()] {
+        for s in [sockets.peer(), sockets.migration()] {
             assert_eq!(
                 through(&s, b"x", 5).await,
                 Vec::<u8>::new(),
