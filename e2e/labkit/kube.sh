@@ -2,7 +2,9 @@
 # namespaces reach it), kube-controller-manager (namespace, GC, service accounts, the
 # Deployment, ReplicaSet and DaemonSet controllers roam's installation needs, ClusterRole
 # aggregation for roam's tenant roles, and the PersistentVolume binder and protection for
-# VMs on claims). The Node
+# VMs on claims), each controller with its own ServiceAccount's credentials. Pod Security:
+# PodSecurityPolicy admission, with the lab's policies (pod-security.yaml) applied as soon as
+# the API server is up. The Node
 # objects node-a and node-b are registered by the nodes' real kubelets, kube-scheduler is
 # started with them (kubelet.sh). No kube-proxy: pods reach the API server at its own address (the
 # lab overlay of deploy/ sets KUBERNETES_SERVICE_HOST).
@@ -75,7 +77,7 @@ kube_up() {
     --service-account-key-file="$P/sa.pub" --service-account-signing-key-file="$P/sa.key" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range=10.0.0.0/24 \
-    --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction --allow-privileged=true \
+    --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction,PodSecurityPolicy --allow-privileged=true \
     --kubelet-client-certificate="$P/admin.crt" --kubelet-client-key="$P/admin.key" \
     --kubelet-certificate-authority="$P/ca.crt" --kubelet-preferred-address-types=InternalIP \
     --profiling=false --logtostderr=true --v=1 \
@@ -83,10 +85,13 @@ kube_up() {
   echo $! > "$KDIR/kube-apiserver.pid"
   wait_for 90 "kube-apiserver /readyz" "$KDIR/logs/kube-apiserver.log" kube_curl /readyz || return 1
   log "kube-apiserver ready in $(elapsed "$t0") s"
+  # no pod is admitted until a policy lets it in
+  "$KUBE_BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" apply -f "$LABKIT/pod-security.yaml" \
+    >"$KDIR/logs/pod-security.log" 2>&1 || { cat "$KDIR/logs/pod-security.log" >&2; return 1; }
   "$KUBE_BIN/kube-controller-manager" --kubeconfig="$KUBECONFIG_PATH" \
     --authentication-kubeconfig="$KUBECONFIG_PATH" --authorization-kubeconfig="$KUBECONFIG_PATH" \
     --controllers=namespace,garbagecollector,serviceaccount,serviceaccount-token,deployment,replicaset,daemonset,clusterrole-aggregation,persistentvolume-binder,pvc-protection,pv-protection,resourcequota \
-    --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" --use-service-account-credentials=false \
+    --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" --use-service-account-credentials=true \
     --leader-elect=false --bind-address=127.0.0.1 --secure-port=0 --port=0 --logtostderr=true --v=1 \
     >"$KDIR/logs/kube-controller-manager.log" 2>&1 9>&- &
   echo $! > "$KDIR/kube-controller-manager.pid"

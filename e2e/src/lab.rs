@@ -523,13 +523,40 @@ pub fn try_kubectl(lab: &Lab, args: &[&str]) -> Result<String, String> {
 /// A pod that only sleeps, pinned to lab node `node` (busybox from the nodes' containerd;
 /// critical priority: the lab's kubelets may report disk pressure, and an evicted pod is a
 /// finished pod, whose address is released). Not on the host network: roam-cni plumbs it.
+/// Of the `restricted` Pod Security level ([`restricted_pod`]).
 pub fn sleeper_pod(ns: &str, name: &str, node: &str) -> serde_json::Value {
-    serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+    let mut pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": ns},
         "spec": {"nodeName": node, "priorityClassName": "system-node-critical",
                  "terminationGracePeriodSeconds": 0,
                  "containers": [{"name": "c", "image": "lab.local/busybox:1.35",
-                                 "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}})
+                                 "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}});
+    restricted_pod(&mut pod);
+    pod
+}
+
+/// The user a [`restricted_pod`] runs as (nobody).
+pub const RESTRICTED_UID: u32 = 65534;
+
+/// Make `pod` one of the Pod Security Standards' `restricted` level: user nobody, the
+/// runtime's default seccomp profile, and containers with every capability dropped and no
+/// privilege escalation. The lab enforces that level on every namespace but kube-system and
+/// roam-system (e2e/labkit/pod-security.yaml), so a tenant's pods must be of it. So must a
+/// pod the admin makes where the installed roam-controller annotates it: PodSecurityPolicy
+/// checks a pod again on every update, against the policies its updater or its
+/// ServiceAccount may use (not the admin's).
+pub fn restricted_pod(pod: &mut serde_json::Value) {
+    pod["spec"]["securityContext"] = serde_json::json!({
+        "runAsNonRoot": true, "runAsUser": RESTRICTED_UID, "runAsGroup": RESTRICTED_UID,
+        "seccompProfile": {"type": "RuntimeDefault"}});
+    for c in pod["spec"]["containers"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        c["securityContext"] = serde_json::json!({
+            "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
+    }
 }
 
 /// The label of a namespace, Network or Node that belongs to a test running a

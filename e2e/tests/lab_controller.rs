@@ -1360,6 +1360,23 @@ fn controller_runs_under_its_least_privilege_service_account() {
     let _fixture = KubeFixture::new(&lab, ns, &[net], &[]);
     let _ovn = LabNetwork::new(&lab, net, &[]);
     let _rbac = RbacFixture::apply(&lab, sys, sa);
+    // the lab's Pod Security (e2e/labkit/pod-security.yaml): without runners
+    // (--runner-namespace) the launcher pods this controller makes are privileged, and so are
+    // the pods it annotates here (PodSecurityPolicy checks every update again); the lab lets
+    // a privileged pod in only where a RoleBinding grants it, as this one does in the VMs'
+    // namespace, to the controller's ServiceAccount. Not a permission of rbac.yaml's.
+    kubectl(
+        &lab,
+        &[
+            "-n",
+            ns,
+            "create",
+            "rolebinding",
+            "r5-rbac-privileged",
+            "--clusterrole=roam-psp-privileged",
+            &format!("--serviceaccount={sys}:{sa}"),
+        ],
+    );
     let kubeconfig = roam_e2e::service_account_kubeconfig(&lab, sys, sa);
     let _token = RemoveFile(kubeconfig.clone());
     // each node's own directory (the launcher pods create it)

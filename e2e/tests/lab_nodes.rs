@@ -118,6 +118,22 @@ async fn pods_run_on_both_nodes_with_logs_exec_and_cleanup() {
                          "namespaces": [ns]}}),
     )
     .expect("create the Network");
+    // the pods ping as root (busybox's ping needs a raw socket), which the lab's Pod Security
+    // allows only where it is granted: here, to the namespace's ServiceAccounts (the installed
+    // roam-controller annotates the pods, and PodSecurityPolicy checks every update against
+    // the policies of the updater or the pod's ServiceAccount, not of the admin who made it)
+    kubectl(
+        &lab,
+        &[
+            "-n",
+            &ns,
+            "create",
+            "rolebinding",
+            "privileged-pods",
+            "--clusterrole=roam-psp-privileged",
+            &format!("--group=system:serviceaccounts:{ns}"),
+        ],
+    );
     // the namespace's default ServiceAccount (kube-controller-manager) must exist first
     wait_until(Duration::from_secs(60), "default ServiceAccount", || {
         try_run(
