@@ -241,14 +241,12 @@ pub struct Outgoing {
 impl Outgoing {
     /// Listen (in a tokio runtime) for the migration to `target`, whose certificate must name
     /// `node`; `config`: this node's client settings
-    /// ([`roam_shim_api::tls::Identity::client_config`]). `qemu_gid`: the group QEMU runs
-    /// as, which may connect to [`Sockets::migration`].
+    /// ([`roam_shim_api::tls::Identity::client_config`]).
     pub fn start(
         sockets: &Sockets,
         target: SocketAddr,
         node: &str,
         config: ClientConfig,
-        qemu_gid: Option<u32>,
     ) -> std::io::Result<Outgoing> {
         let name = ServerName::try_from(node.to_string()).map_err(|e| {
             std::io::Error::new(
@@ -272,13 +270,11 @@ impl Outgoing {
             }
             let listener = UnixListener::bind(&path)?;
             out.paths.push(path.clone());
-            // libvirtd (root) connects to the peer socket; QEMU, maybe not root, to the other
-            let mode = match (stream, qemu_gid) {
-                (Stream::Migration, Some(gid)) => {
-                    std::os::unix::fs::chown(&path, None, Some(gid))?;
-                    0o660
-                }
-                _ => 0o600,
+            // libvirtd (root) connects to the peer socket; QEMU, not root, to the other (the
+            // directory is the pod's own: no other pod sees it; and the shim may not chown)
+            let mode = match stream {
+                Stream::Migration => 0o666,
+                Stream::Libvirt => 0o600,
             };
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
             let mut c = config.clone();

@@ -591,21 +591,14 @@ impl Shim {
             .map_err(|_| bad(format!("the target's migration proxy {:?}", prepared.proxy)))?;
         let config = Identity::read_dir(dir)?.client_config()?;
         let sockets = Sockets::new(Path::new(crate::libvirtd::RUN_DIR));
-        let out = Outgoing::start(
-            &sockets,
-            target,
-            &prepared.node,
-            config,
-            // QEMU, unprivileged, connects to the stream's socket
-            Some(crate::libvirtd::QEMU_GID),
-        )
-        .map_err(|e| Error::Io {
-            what: format!(
-                "listen on {} for the migration proxy",
-                sockets.peer().display()
-            ),
-            source: e,
-        })?;
+        let out =
+            Outgoing::start(&sockets, target, &prepared.node, config).map_err(|e| Error::Io {
+                what: format!(
+                    "listen on {} for the migration proxy",
+                    sockets.peer().display()
+                ),
+                source: e,
+            })?;
         Ok((
             out,
             MigrationRoute {

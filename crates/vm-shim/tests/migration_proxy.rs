@@ -103,7 +103,6 @@ async fn each_stream_reaches_the_socket_its_protocol_names() {
         addr,
         "node-b",
         node(&ca, "node-a").client_config().unwrap(),
-        None,
     )
     .unwrap();
     assert_eq!(
@@ -147,7 +146,7 @@ async fn no_other_identity_gets_through() {
     ] {
         let src = dir(&format!("src-{}", who.replace(' ', "-")));
         let sockets = Sockets::new(&src);
-        let _out = Outgoing::start(&sockets, addr, "node-b", config, None).unwrap();
+        let _out = Outgoing::start(&sockets, addr, "node-b", config).unwrap();
         for s in [sockets.peer(), sockets.migration()] {
             assert_eq!(
                 through(&s, b"x", 5).await,

@@ -560,8 +560,9 @@ pub fn libvirtd_security() -> serde_json::Value {
 
 /// What libvirtd's container may do, and why: `SYS_ADMIN` — `roam-shim libvirtd` bind-mounts
 /// the checked disk image and unmounts the volume in the container's own mount namespace;
-/// `NET_ADMIN` — libvirtd opens the VM's tap (made by the shim); `SETUID`, `SETGID` — it
-/// starts QEMU as uid/gid 107; `CHOWN`, `FOWNER`, `DAC_OVERRIDE` — it gives QEMU its
+/// `NET_ADMIN` — libvirtd opens the VM's tap (made by the shim); `SETUID`, `SETGID`,
+/// `SETPCAP` — it starts QEMU as uid/gid 107 with an empty bounding set (libcap-ng drops
+/// the bounding set, which takes `SETPCAP`); `CHOWN`, `FOWNER`, `DAC_OVERRIDE` — it gives QEMU its
 /// per-domain directories and reaches them, and the VM's disk image is given to QEMU's user;
 /// `KILL` — it signals QEMU, which runs as another user.
 pub const LIBVIRTD_CAPABILITIES: &[&str] = &[
@@ -569,6 +570,7 @@ pub const LIBVIRTD_CAPABILITIES: &[&str] = &[
     "NET_ADMIN",
     "SETUID",
     "SETGID",
+    "SETPCAP",
     "CHOWN",
     "FOWNER",
     "DAC_OVERRIDE",
@@ -577,10 +579,11 @@ pub const LIBVIRTD_CAPABILITIES: &[&str] = &[
 
 /// What the shim's container may do, and why: `NET_ADMIN` — it creates the VM's persistent
 /// taps, brings them up and removes them (the node's network: the runner has the host's);
-/// `DAC_READ_SEARCH` — it reads the VM's boot files and disk image to check them, which may
-/// belong to QEMU's user or the VM's owner. Everything else it does is over sockets: OVS's
-/// database and bridge, its libvirtd, the API.
-pub const SHIM_CAPABILITIES: &[&str] = &["NET_ADMIN", "DAC_READ_SEARCH"];
+/// `DAC_OVERRIDE` — it reads the VM's boot files and disk image to check them, which may
+/// belong to QEMU's user or the VM's owner, and on a migration's target connects to the
+/// socket QEMU (uid 107) listens on for the incoming stream. Everything else it does is over
+/// sockets: OVS's database and bridge, its libvirtd, the API.
+pub const SHIM_CAPABILITIES: &[&str] = &["NET_ADMIN", "DAC_OVERRIDE"];
 
 /// A container that can do nothing but read: no privilege, no capability, a read-only root.
 fn unprivileged() -> serde_json::Value {
