@@ -348,7 +348,11 @@ pub fn launcher_libvirt(lab: &Lab, ns: &str, vm: &str, node: &str) -> Option<Str
                         "/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/libvirt/libvirt-sock"
                     ),
                 );
-                Some(format!("qemu+unix:///system?socket={}", sock.display()))
+                // a socket's path has at most 107 bytes: a short link to it (connect follows)
+                let link = lab.dir().join(format!("libvirt-{}.sock", &uid[..uid.len().min(13)]));
+                let _ = std::fs::remove_file(&link);
+                std::os::unix::fs::symlink(&sock, &link).ok()?;
+                Some(format!("qemu+unix:///system?socket={}", link.display()))
             }
         }
     })

@@ -18,6 +18,7 @@ pub mod ovn;
 pub mod scale;
 pub mod shim;
 pub mod startlog;
+pub mod tenant;
 pub mod vlan;
 
 pub use cni::*;
@@ -30,4 +31,5 @@ pub use netns::*;
 pub use ovn::*;
 pub use scale::*;
 pub use shim::*;
+pub use tenant::Tenant;
 pub use vlan::*;

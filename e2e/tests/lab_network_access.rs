@@ -11,7 +11,6 @@
 //! - The admin adds the namespace to the Network, and lists the class: the same pod and VM
 //!   then start, with addresses of the Network, and the pod's Address carries the class.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use roam_e2e::{Installed, Lab, VmCleanup, apply_crds, kubectl, try_kubectl, wait_until};
@@ -27,48 +26,6 @@ const OTHER_NET: &str = "p12other";
 const OPEN_NET: &str = "p12open";
 const SA: &str = "tenant";
 const LONG: Duration = Duration::from_secs(300);
-
-/// kubectl as the tenant: (success, stdout, stderr).
-fn as_tenant(lab: &Lab, kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(lab.kubectl())
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .expect("run kubectl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// `kubectl create -f -` of `object` as the tenant.
-fn create_as_tenant(lab: &Lab, kubeconfig: &Path, object: &Value) {
-    use std::io::Write;
-    let mut child = std::process::Command::new(lab.kubectl())
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["create", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run kubectl");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(object.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "the tenant creates {}: {}",
-        object["metadata"]["name"],
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn get(lab: &Lab, args: &[&str]) -> Option<Value> {
     let mut all = args.to_vec();
@@ -192,15 +149,6 @@ fn running(lab: &Lab, name: &str) -> (String, String) {
     })
 }
 
-/// Removes the tenant's kubeconfig (it holds a token) when dropped.
-struct RemoveFile(PathBuf);
-
-impl Drop for RemoveFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 #[test]
 fn a_tenant_attaches_only_where_a_network_admits_its_namespace_and_class() {
     let lab = Lab::get();
@@ -246,38 +194,7 @@ fn a_tenant_attaches_only_where_a_network_admits_its_namespace_and_class() {
                 .then_some(())
         });
     }
-    kubectl(&lab, &["-n", NS, "create", "serviceaccount", SA]);
-    kubectl(
-        &lab,
-        &[
-            "-n",
-            NS,
-            "create",
-            "rolebinding",
-            "tenant-edit",
-            "--clusterrole=edit",
-            &format!("--serviceaccount={NS}:{SA}"),
-        ],
-    );
-    let kc = roam_e2e::service_account_kubeconfig(&lab, NS, SA);
-    let _kc = RemoveFile(kc.clone());
-    // roam-edit aggregates into edit (the cluster's aggregation controller, soon); the
-    // namespace's default ServiceAccount must exist for its pods
-    wait_until(LONG, "edit covering roam's VMs", || {
-        let (yes, out, _) = as_tenant(
-            &lab,
-            &kc,
-            &[
-                "-n",
-                NS,
-                "auth",
-                "can-i",
-                "create",
-                "virtualmachines.roam.dev",
-            ],
-        );
-        (yes && out.trim() == "yes").then_some(())
-    });
+    let tenant = roam_e2e::Tenant::create(&lab, NS, SA, LONG);
     wait_until(LONG, "the default ServiceAccount", || {
         try_kubectl(&lab, &["-n", NS, "get", "serviceaccount", "default"]).ok()
     });
@@ -294,25 +211,23 @@ fn a_tenant_attaches_only_where_a_network_admits_its_namespace_and_class() {
     );
 
     // --- refused: another namespace's Network, for a pod and a VM ---
-    create_as_tenant(
-        &lab,
-        &kc,
-        &pod(
+    tenant
+        .create_object(&pod(
             "intruder",
             json!([{"mode": "overlay", "network": OTHER_NET, "interface": {"name": "eth0"}}]),
-        ),
-    );
+        ))
+        .unwrap_or_else(|e| panic!("the tenant creates it: {e}"));
     let (kernel, initrd) = lab.guest();
-    create_as_tenant(
-        &lab,
-        &kc,
-        &json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
+    tenant
+        .create_object(
+            &json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
             "metadata": {"name": "n1", "namespace": NS},
             "spec": {"cpu": 1, "memoryMiB": 192, "node": "node-a",
                      "boot": {"kernel": {"kernel": kernel, "initrd": initrd,
                                          "cmdline": "console=ttyS0 loglevel=5 panic=-1"}},
                      "interfaces": [{"name": "eth0", "network": OTHER_NET}]}}),
-    );
+        )
+        .unwrap_or_else(|e| panic!("the tenant creates it: {e}"));
     let not_yours = [
         &format!("namespace {NS} may not attach to network {OTHER_NET}")[..],
         "spec.namespaces",
@@ -341,20 +256,16 @@ fn a_tenant_attaches_only_where_a_network_admits_its_namespace_and_class() {
             })
             .map(|_| ())
     });
-    let (ok, out, err) = as_tenant(
-        &lab,
-        &kc,
-        &[
-            "-n",
-            NS,
-            "get",
-            "pods",
-            "-l",
-            "roam.dev/vm=n1",
-            "-o",
-            "name",
-        ],
-    );
+    let (ok, out, err) = tenant.kubectl(&[
+        "-n",
+        NS,
+        "get",
+        "pods",
+        "-l",
+        "roam.dev/vm=n1",
+        "-o",
+        "name",
+    ]);
     assert!(
         ok && out.trim().is_empty(),
         "no launcher pod for n1: {out}{err}"
@@ -366,15 +277,13 @@ fn a_tenant_attaches_only_where_a_network_admits_its_namespace_and_class() {
     );
 
     // --- refused: network-control on the cluster-wide Network ---
-    create_as_tenant(
-        &lab,
-        &kc,
-        &pod(
+    tenant
+        .create_object(&pod(
             "router",
             json!([{"mode": "overlay", "network": OPEN_NET,
                     "interface": {"name": "eth0", "service_class": "network-control"}}]),
-        ),
-    );
+        ))
+        .unwrap_or_else(|e| panic!("the tenant creates it: {e}"));
     assert_pod_refused(
         &lab,
         "router",
@@ -390,18 +299,14 @@ fn a_tenant_attaches_only_where_a_network_admits_its_namespace_and_class() {
         "nothing of {OPEN_NET} claimed for {NS}: {taken:?}"
     );
     // the tenant cannot let itself in
-    let (ok, _, err) = as_tenant(
-        &lab,
-        &kc,
-        &[
-            "patch",
-            "network",
-            OTHER_NET,
-            "--type=merge",
-            "-p",
-            &json!({"spec": {"allNamespaces": true}}).to_string(),
-        ],
-    );
+    let (ok, _, err) = tenant.kubectl(&[
+        "patch",
+        "network",
+        OTHER_NET,
+        "--type=merge",
+        "-p",
+        &json!({"spec": {"allNamespaces": true}}).to_string(),
+    ]);
     assert!(!ok && err.contains("forbidden"), "{err}");
 
     // --- the admin lets the namespace in and lists the class: the same pod and VM start ---

@@ -12,7 +12,6 @@
 //! roam-system by roam-privileged. roam-system carries Pod Security admission's `privileged`
 //! label (deploy/), for clusters that enforce with it.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use roam_e2e::{Installed, Lab, VmCleanup, apply_crds, kubectl, try_kubectl, wait_until};
@@ -24,44 +23,6 @@ const SA: &str = "tenant";
 const LONG: Duration = Duration::from_secs(240);
 /// The annotation PodSecurityPolicy admission puts on a pod: the policy that admitted it.
 const PSP_ANNOTATION: &str = "kubernetes.io/psp";
-
-/// kubectl as the tenant: (success, stdout, stderr).
-fn as_tenant(
-    lab: &Lab,
-    kubeconfig: &Path,
-    args: &[&str],
-    stdin: Option<&Value>,
-) -> (bool, String, String) {
-    use std::io::Write;
-    let mut child = std::process::Command::new(lab.kubectl())
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run kubectl");
-    let mut input = child.stdin.take().unwrap();
-    if let Some(object) = stdin {
-        input.write_all(object.to_string().as_bytes()).unwrap();
-    }
-    drop(input);
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// `kubectl create -f -` of `object` as the tenant: `Ok(())` or `Err(stderr)`.
-fn create_as_tenant(lab: &Lab, kubeconfig: &Path, object: &Value) -> Result<(), String> {
-    match as_tenant(lab, kubeconfig, &["create", "-f", "-"], Some(object)) {
-        (true, _, _) => Ok(()),
-        (false, _, err) => Err(err),
-    }
-}
 
 fn get(lab: &Lab, args: &[&str]) -> Option<Value> {
     let mut all = args.to_vec();
@@ -91,15 +52,6 @@ fn can_use(lab: &Lab, who: &str, policy: &str, ns: &str) -> String {
         .expect("run kubectl");
     // "no" exits 1; either is an answer
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// Removes the tenant's kubeconfig (it holds a token) when dropped.
-struct RemoveFile(PathBuf);
-
-impl Drop for RemoveFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 #[test]
@@ -151,39 +103,7 @@ fn an_edit_tenant_gets_only_restricted_pods_and_its_vm_runs() {
         "spec": {"subnet": "100.173.0.0/24", "transitSubnet": "169.254.173.0/24", "poolSizePerNode": 2,
                  "namespaces": [NS]}});
     roam_e2e::kubectl_manifest(&lab, "create", &net).expect("create the Network");
-    kubectl(&lab, &["-n", NS, "create", "serviceaccount", SA]);
-    kubectl(
-        &lab,
-        &[
-            "-n",
-            NS,
-            "create",
-            "rolebinding",
-            "tenant-edit",
-            "--clusterrole=edit",
-            &format!("--serviceaccount={NS}:{SA}"),
-        ],
-    );
-    let kc = roam_e2e::service_account_kubeconfig(&lab, NS, SA);
-    let _kc = RemoveFile(kc.clone());
-    // roam-edit aggregates into edit (the cluster's aggregation controller, soon); the
-    // namespace's default ServiceAccount must exist for its pods
-    wait_until(LONG, "edit covering roam's VMs", || {
-        let (yes, out, _) = as_tenant(
-            &lab,
-            &kc,
-            &[
-                "-n",
-                NS,
-                "auth",
-                "can-i",
-                "create",
-                "virtualmachines.roam.dev",
-            ],
-            None,
-        );
-        (yes && out.trim() == "yes").then_some(())
-    });
+    let tenant = roam_e2e::Tenant::create(&lab, NS, SA, LONG);
     wait_until(LONG, "the default ServiceAccount", || {
         try_kubectl(&lab, &["-n", NS, "get", "serviceaccount", "default"]).ok()
     });
@@ -204,7 +124,8 @@ fn an_edit_tenant_gets_only_restricted_pods_and_its_vm_runs() {
         (&host_network, "Host network is not allowed to be used"),
     ] {
         let name = pod["metadata"]["name"].as_str().unwrap();
-        let err = create_as_tenant(&lab, &kc, pod)
+        let err = tenant
+            .create_object(pod)
             .expect_err(&format!("the tenant's {name} pod is refused"));
         // kubectl's rendering of a 403 with reason Forbidden, from PodSecurityPolicy
         assert!(
@@ -220,7 +141,9 @@ fn an_edit_tenant_gets_only_restricted_pods_and_its_vm_runs() {
     }
 
     // admitted: the restricted pod, by roam-restricted, and it runs (as nobody)
-    create_as_tenant(&lab, &kc, &restricted("plain")).expect("the tenant's restricted pod");
+    tenant
+        .create_object(&restricted("plain"))
+        .expect("the tenant's restricted pod");
     let p = wait_until(LONG, "the restricted pod Running", || {
         let p = get(&lab, &["-n", NS, "get", "pod", "plain"])?;
         (p["status"]["phase"] == "Running").then_some(p)
@@ -234,16 +157,15 @@ fn an_edit_tenant_gets_only_restricted_pods_and_its_vm_runs() {
     // a VM the tenant creates: its launcher pod (roam-controller's, in the tenant's
     // namespace) admitted by roam-restricted, its runner (roam-system) by roam-privileged
     let (kernel, initrd) = lab.guest();
-    create_as_tenant(
-        &lab,
-        &kc,
-        &json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
+    tenant
+        .create_object(
+            &json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachine",
             "metadata": {"name": "v1", "namespace": NS},
             "spec": {"cpu": 1, "memoryMiB": 192, "node": "node-a",
                      "boot": {"kernel": {"kernel": kernel, "initrd": initrd,
                                          "cmdline": "console=ttyS0 loglevel=5 panic=-1"}}}}),
-    )
-    .expect("the tenant creates a VM");
+        )
+        .expect("the tenant creates a VM");
     let st = wait_until(LONG, "v1 Running", || {
         let v = get(&lab, &["-n", NS, "get", "vm", "v1"])?;
         (v["status"]["phase"] == "Running").then(|| v["status"].clone())
@@ -265,7 +187,7 @@ fn an_edit_tenant_gets_only_restricted_pods_and_its_vm_runs() {
         r["metadata"]
     );
 
-    let (ok, _, err) = as_tenant(&lab, &kc, &["-n", NS, "delete", "vm", "v1"], None);
+    let (ok, _, err) = tenant.kubectl(&["-n", NS, "delete", "vm", "v1"]);
     assert!(ok, "the tenant deletes its VM: {err}");
     wait_until(LONG, "v1 gone", || {
         try_kubectl(&lab, &["-n", NS, "get", "vm", "v1"])

@@ -1,64 +1,38 @@
 //! A tenant, through the installed roam: a ServiceAccount bound to Kubernetes' own `edit`
 //! ClusterRole in its namespace (roam's `roam-edit` aggregates into it), talking to the API
-//! server with its own token. It creates a VM, migrates it and deletes it (all allowed);
-//! a VM booting from a host path is refused with the reason; a pod it labels as the VM's and
-//! annotates with the VM's address gets an address of its own and takes nothing from the
-//! VM, nor does one that also poses as the VM's launcher pod (no network at all); roam's Secrets (the CA, the shims' tokens) are out of its reach. The VM's launcher pod
-//! in its namespace is unprivileged (no privileged container, host path or host network): an
-//! `exec` into it is user nobody with no capability, and the runner that runs the VM, in
-//! roam-system, is out of the tenant's reach (exec, get).
+//! server with its own token ([`Tenant`]), tries what it can. It creates a VM, migrates it
+//! and deletes it (all allowed). Refused or harmless, each checked:
+//! - a VM booting from a host path (refused with the reason, nothing created);
+//! - a kernel command line that closes the domain's XML and adds a disk of `/etc/shadow` and
+//!   a QEMU argument (the VM runs with that text as its command line; no QEMU argument but
+//!   `-append`'s holds any of it);
+//! - a pod it labels as the VM's and annotates with the VM's Address (forged in the form
+//!   roam-controller writes: an address of its own, the VM's Address untouched), and one
+//!   that also poses as the VM's launcher pod (no network at all);
+//! - a pod of the launcher's name made before the VM (not adopted: the VM waits), a
+//!   launcher stripped of roam's labels and owner (its runner still found and removed);
+//! - the VM's launcher pod: unprivileged (no privileged container, host path or host
+//!   network), `exec` into it is user nobody with no capability, and it holds no
+//!   ServiceAccount token;
+//! - from its own pod: the runner's node API, its migration proxy and OVN's databases answer
+//!   nothing in clear (TLS with client certificates only);
+//! - the runner, in roam-system (exec, get), roam's Secrets and the platform's Networks: out
+//!   of reach.
+//!
+//! Elsewhere: a Network of another namespace and the network-control class (lab_network_access),
+//! privileged and host pods (lab_pod_security), quotas (lab_quota), disk images that name
+//! host files (lab_volume), another node's certificate at the node API and the migration
+//! proxy (lab_migration).
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use roam_e2e::{Installed, Lab, VmCleanup, apply_crds, kubectl, try_kubectl, wait_until};
+use roam_e2e::{Installed, Lab, Tenant, VmCleanup, apply_crds, kubectl, try_kubectl, wait_until};
 use serde_json::{Value, json};
 
 const NS: &str = "p11-tenant";
 const NET: &str = "p11tenant";
 const SA: &str = "tenant";
 const LONG: Duration = Duration::from_secs(240);
-
-/// kubectl as the tenant: (success, stdout, stderr).
-fn as_tenant(lab: &Lab, kubeconfig: &Path, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(lab.kubectl())
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .expect("run kubectl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// `kubectl create -f -` of `object` as the tenant.
-fn create_as_tenant(lab: &Lab, kubeconfig: &Path, object: &Value) -> Result<(), String> {
-    use std::io::Write;
-    let mut child = std::process::Command::new(lab.kubectl())
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["create", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run kubectl");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(object.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
 
 fn get(lab: &Lab, args: &[&str]) -> Option<Value> {
     let mut all = args.to_vec();
@@ -74,15 +48,6 @@ fn vm(name: &str, kernel: &str, initrd: &str) -> Value {
                                         "cmdline": "console=ttyS0 loglevel=5 panic=-1"}}}})
 }
 
-/// Removes the tenant's kubeconfig (it holds a token) when dropped.
-struct RemoveFile(PathBuf);
-
-impl Drop for RemoveFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 #[test]
 fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
     let lab = Lab::get();
@@ -93,6 +58,7 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
         .vm(&format!("{NS}_t1"), &[&tap("t1")])
         .vm(&format!("{NS}_t2"), &[&tap("t2")])
         .vm(&format!("{NS}_t3"), &[&tap("t3")])
+        .vm(&format!("{NS}_t4"), &[&tap("t4")])
         .cleaned();
     apply_crds(&lab);
     let ctl = Installed::get(&lab);
@@ -102,41 +68,13 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
         "spec": {"subnet": "100.163.0.0/24", "transitSubnet": "169.254.163.0/24", "poolSizePerNode": 2,
                  "namespaces": [NS]}});
     roam_e2e::kubectl_manifest(&lab, "create", &net).expect("create the Network");
-    kubectl(&lab, &["-n", NS, "create", "serviceaccount", SA]);
-    kubectl(
-        &lab,
-        &[
-            "-n",
-            NS,
-            "create",
-            "rolebinding",
-            "tenant-edit",
-            "--clusterrole=edit",
-            &format!("--serviceaccount={NS}:{SA}"),
-        ],
-    );
-    let kc = roam_e2e::service_account_kubeconfig(&lab, NS, SA);
-    let _kc = RemoveFile(kc.clone());
-    // roam-edit aggregates into edit (the cluster's aggregation controller, soon)
-    wait_until(LONG, "edit covering roam's VMs", || {
-        let (yes, out, _) = as_tenant(
-            &lab,
-            &kc,
-            &[
-                "-n",
-                NS,
-                "auth",
-                "can-i",
-                "create",
-                "virtualmachines.roam.dev",
-            ],
-        );
-        (yes && out.trim() == "yes").then_some(())
-    });
+    let tenant = roam_e2e::Tenant::create(&lab, NS, SA, LONG);
 
     // a VM, created by the tenant, runs
     let (kernel, initrd) = lab.guest();
-    create_as_tenant(&lab, &kc, &vm("t1", &kernel, &initrd)).expect("the tenant creates a VM");
+    tenant
+        .create_object(&vm("t1", &kernel, &initrd))
+        .expect("the tenant creates a VM");
     let st = wait_until(LONG, "t1 Running", || {
         let v = get(&lab, &["-n", NS, "get", "vm", "t1"])?;
         (v["status"]["phase"] == "Running").then(|| v["status"].clone())
@@ -145,7 +83,8 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
     let address = st["interfaces"][0]["address"].as_str().unwrap().to_string();
 
     // one that boots from a host path: refused, with the reason, nothing created
-    create_as_tenant(&lab, &kc, &vm("t2", "/etc/shadow", &initrd))
+    tenant
+        .create_object(&vm("t2", "/etc/shadow", &initrd))
         .expect("the API server takes the object");
     let msg = wait_until(LONG, "t2 refused", || {
         let v = get(&lab, &["-n", NS, "get", "vm", "t2"])?;
@@ -157,35 +96,27 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
         c["message"].as_str().map(String::from)
     });
     assert!(msg.contains("outside the image store"), "{msg}");
-    let (ok, out, _) = as_tenant(
-        &lab,
-        &kc,
-        &[
-            "-n",
-            NS,
-            "get",
-            "pods",
-            "-l",
-            "roam.dev/vm=t2",
-            "-o",
-            "name",
-        ],
-    );
+    let (ok, out, _) = tenant.kubectl(&[
+        "-n",
+        NS,
+        "get",
+        "pods",
+        "-l",
+        "roam.dev/vm=t2",
+        "-o",
+        "name",
+    ]);
     assert!(ok && out.trim().is_empty(), "no launcher for t2: {out}");
 
     // the tenant migrates it
-    let (ok, _, err) = as_tenant(
-        &lab,
-        &kc,
-        &[
-            "-n",
-            NS,
-            "annotate",
-            "vm",
-            "t1",
-            "roam.dev/migrate-to=node-b",
-        ],
-    );
+    let (ok, _, err) = tenant.kubectl(&[
+        "-n",
+        NS,
+        "annotate",
+        "vm",
+        "t1",
+        "roam.dev/migrate-to=node-b",
+    ]);
     assert!(ok, "the tenant annotates its VM: {err}");
     let st = wait_until(LONG, "t1 Running on node-b", || {
         let v = get(&lab, &["-n", NS, "get", "vm", "t1"])?;
@@ -219,19 +150,15 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
                 && c["securityContext"]["capabilities"]["drop"][0] == "ALL")),
         "no privileged container: {spec}"
     );
-    let (ok, out, err) = as_tenant(
-        &lab,
-        &kc,
-        &[
-            "-n",
-            NS,
-            "exec",
-            &launcher,
-            "--",
-            "cat",
-            "/proc/self/status",
-        ],
-    );
+    let (ok, out, err) = tenant.kubectl(&[
+        "-n",
+        NS,
+        "exec",
+        &launcher,
+        "--",
+        "cat",
+        "/proc/self/status",
+    ]);
     assert!(ok, "the tenant execs into its VM's pod: {err}");
     let field = |k: &str| {
         out.lines()
@@ -252,7 +179,7 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
         &["-n", "roam-system", "exec", runner.as_str(), "--", "id"][..],
         &["-n", "roam-system", "get", "pods"],
     ] {
-        let (ok, _, err) = as_tenant(&lab, &kc, args);
+        let (ok, _, err) = tenant.kubectl(args);
         assert!(!ok && err.contains("forbidden"), "{args:?}: {err}");
     }
 
@@ -275,7 +202,9 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
         .as_object_mut()
         .unwrap()
         .remove("priorityClassName");
-    create_as_tenant(&lab, &kc, &forger).expect("the tenant creates a pod");
+    tenant
+        .create_object(&forger)
+        .expect("the tenant creates a pod");
     let own = wait_until(
         LONG,
         "the forger Running with an address of its own",
@@ -314,7 +243,9 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
         .as_object_mut()
         .unwrap()
         .remove("priorityClassName");
-    create_as_tenant(&lab, &kc, &impostor).expect("the tenant creates the impostor");
+    tenant
+        .create_object(&impostor)
+        .expect("the tenant creates the impostor");
     let pod_ip = wait_until(LONG, "the impostor Running", || {
         let p = get(&lab, &["-n", NS, "get", "pod", "impostor"])?;
         (p["status"]["phase"] == "Running")
@@ -334,8 +265,11 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
     let v = get(&lab, &["-n", NS, "get", "vm", "t1"]).expect("t1");
     assert_eq!(v["status"]["phase"], "Running", "t1 runs on: {v}");
 
-    nothing_is_adopted_by_name(&lab, &kc, &kernel, &initrd);
-    strip_the_launcher_then_delete(&lab, &kc);
+    the_launcher_holds_no_token(&tenant, &launcher);
+    nothing_answers_in_clear(&lab, &tenant, &st);
+    no_xml_in_the_cmdline(&lab, &tenant, &kernel, &initrd);
+    nothing_is_adopted_by_name(&lab, &tenant, &kernel, &initrd);
+    strip_the_launcher_then_delete(&lab, &tenant);
 
     // roam's Secrets: out of reach
     for args in [
@@ -343,16 +277,16 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
         &["-n", "roam-system", "get", "secret", "roam-ca"],
         &["get", "secrets", "--all-namespaces"],
     ] {
-        let (ok, _, err) = as_tenant(&lab, &kc, args);
+        let (ok, _, err) = tenant.kubectl(args);
         assert!(!ok && err.contains("forbidden"), "{args:?}: {err}");
     }
     // nor the platform's objects
-    let (ok, _, err) = as_tenant(&lab, &kc, &["delete", "network", NET]);
+    let (ok, _, err) = tenant.kubectl(&["delete", "network", NET]);
     assert!(!ok && err.contains("forbidden"), "{err}");
 
     // the tenant deletes its VMs: gone, and t1's domain with them
     // (t3 is gone already: strip_the_launcher_then_delete)
-    let (ok, _, err) = as_tenant(&lab, &kc, &["-n", NS, "delete", "vm", "t1", "t2"]);
+    let (ok, _, err) = tenant.kubectl(&["-n", NS, "delete", "vm", "t1", "t2"]);
     assert!(ok, "the tenant deletes its VMs: {err}");
     for n in ["t1", "t2", "t3"] {
         wait_until(LONG, &format!("{n} gone"), || {
@@ -372,6 +306,111 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
     );
 }
 
+/// The VM's launcher pod, where the tenant may exec, holds no ServiceAccount token: there
+/// is no launcher's token to call the API server with.
+fn the_launcher_holds_no_token(tenant: &Tenant, launcher: &str) {
+    let (ok, out, err) = tenant.kubectl(&[
+        "-n",
+        NS,
+        "exec",
+        launcher,
+        "--",
+        "cat",
+        "/var/run/secrets/kubernetes.io/serviceaccount/token",
+    ]);
+    assert!(!ok, "a token in the launcher pod: {out}");
+    assert!(err.contains("No such file"), "{err}");
+    let (ok, mounts, err) =
+        tenant.kubectl(&["-n", NS, "exec", launcher, "--", "cat", "/proc/self/mounts"]);
+    assert!(ok, "{err}");
+    assert!(!mounts.contains("serviceaccount"), "{mounts}");
+}
+
+/// From the tenant's own pod (the forger, on node-b with an address of its own): the node
+/// API of t1's runner, its migration proxy (the only thing on t1's libvirt port: its libvirtd
+/// has no network socket) and OVN's databases take TLS only — a request in clear gets no
+/// answer in clear.
+fn nothing_answers_in_clear(lab: &Lab, tenant: &Tenant, t1: &Value) {
+    let node = lab.node(t1["node"].as_str().expect("t1's node"));
+    let shim_port = t1["shimPort"].as_u64().expect("t1's shim port") as u16;
+    let proxy_port = roam_migrator::core::launcher::libvirt_port((17100, 17199), shim_port)
+        .expect("t1's libvirt port");
+    let central = |v: &str| v.trim_start_matches("ssl:").to_string();
+    let endpoints = [
+        ("t1's node API", format!("{} {shim_port}", node.ip)),
+        ("t1's migration proxy", format!("{} {proxy_port}", node.ip)),
+        (
+            "OVN's NB",
+            central(lab.var("ROAM_OVN_NB_SSL")).replace(':', " "),
+        ),
+        (
+            "OVN's SB",
+            central(lab.var("ROAM_OVN_SB_SSL")).replace(':', " "),
+        ),
+    ];
+    for (what, hostport) in endpoints {
+        // an HTTP request, and libvirt's RPC hello would look no different: bytes in clear
+        let script = format!(
+            "printf 'GET /v1/status HTTP/1.0\\r\\n\\r\\n' | nc -w 5 {hostport}; echo rc=$?"
+        );
+        let (ok, out, err) =
+            tenant.kubectl(&["-n", NS, "exec", "forger", "--", "sh", "-c", &script]);
+        assert!(ok, "{what}: exec: {err}");
+        let text = out.to_lowercase();
+        assert!(
+            !text.contains("http/") && !text.contains("ovsdb") && !text.contains("\"result\""),
+            "{what} ({hostport}) answered the tenant in clear: {out}"
+        );
+        eprintln!(
+            "{what} ({hostport}) from the tenant's pod: {} bytes, {}",
+            out.len(),
+            out.lines().last().unwrap_or_default()
+        );
+    }
+}
+
+/// A kernel command line that closes the domain's XML element and adds a disk of
+/// `/etc/shadow` and a QEMU argument: the VM runs with that text as its command line, and
+/// no argument of its QEMU but `-append`'s holds any of it.
+fn no_xml_in_the_cmdline(lab: &Lab, tenant: &Tenant, kernel: &str, initrd: &str) {
+    let injected = "console=ttyS0 roam.x=</cmdline></os><devices><disk type='file' device='disk'>\
+        <source file='/etc/shadow'/><target dev='vdz' bus='virtio'/></disk></devices>\
+        <qemu:commandline><qemu:arg value='-drive'/></qemu:commandline><os><cmdline>";
+    let mut t4 = vm("t4", kernel, initrd);
+    t4["spec"]["boot"]["kernel"]["cmdline"] = json!(injected);
+    tenant.create_object(&t4).expect("the tenant creates t4");
+    wait_until(LONG, "t4 Running", || {
+        let v = get(lab, &["-n", NS, "get", "vm", "t4"])?;
+        (v["status"]["phase"] == "Running").then_some(())
+    });
+    let (pid, _) = wait_until(LONG, "t4's QEMU", || {
+        roam_e2e::qemu_processes(&format!("guest={NS}_t4"))
+            .into_iter()
+            .next()
+    });
+    let argv: Vec<String> = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .expect("t4's QEMU's command line")
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let append = argv.iter().position(|a| a == "-append").expect("-append");
+    assert!(
+        argv[append + 1].contains("/etc/shadow"),
+        "{:?}",
+        argv[append + 1]
+    );
+    for (i, a) in argv.iter().enumerate() {
+        if i != append + 1 {
+            assert!(
+                !a.contains("shadow") && !a.contains("vdz"),
+                "QEMU's argument {i} holds the injected text: {a}"
+            );
+        }
+    }
+    let (ok, _, err) = tenant.kubectl(&["-n", NS, "delete", "vm", "t4", "--wait=true"]);
+    assert!(ok, "{err}");
+}
+
 /// The QEMU processes of VM `name` of this namespace on the machine (any node).
 fn qemus_of(name: &str) -> usize {
     roam_e2e::qemu_processes(&format!("guest={NS}_{name}")).len()
@@ -381,20 +420,24 @@ fn qemus_of(name: &str) -> usize {
 /// neither uses nor deletes it, and makes no runner for it; the VM waits
 /// (`LauncherInTheWay`, an Event naming the pod). Once the tenant deletes it, roam makes its
 /// own and the VM runs.
-fn nothing_is_adopted_by_name(lab: &Lab, kc: &Path, kernel: &str, initrd: &str) {
+fn nothing_is_adopted_by_name(lab: &Lab, tenant: &Tenant, kernel: &str, initrd: &str) {
     let mut squatter = roam_e2e::sleeper_pod(NS, "t3-launcher", "node-a");
     squatter["metadata"]["labels"] = json!({"roam.dev/vm": "t3", "roam.dev/launcher": "true"});
     squatter["spec"]
         .as_object_mut()
         .unwrap()
         .remove("priorityClassName");
-    create_as_tenant(lab, kc, &squatter).expect("the tenant makes a pod of the launcher's name");
+    tenant
+        .create_object(&squatter)
+        .expect("the tenant makes a pod of the launcher's name");
     let squatter_uid = wait_until(LONG, "the squatter's UID", || {
         get(lab, &["-n", NS, "get", "pod", "t3-launcher"])?["metadata"]["uid"]
             .as_str()
             .map(String::from)
     });
-    create_as_tenant(lab, kc, &vm("t3", kernel, initrd)).expect("the tenant creates t3");
+    tenant
+        .create_object(&vm("t3", kernel, initrd))
+        .expect("the tenant creates t3");
     let msg = wait_until(LONG, "t3 waiting for the pod in the way", || {
         let v = get(lab, &["-n", NS, "get", "vm", "t3"])?;
         let c = v["status"]["conditions"]
@@ -418,11 +461,7 @@ fn nothing_is_adopted_by_name(lab: &Lab, kc: &Path, kernel: &str, initrd: &str) 
     let p = get(lab, &["-n", NS, "get", "pod", "t3-launcher"]).expect("the squatter stays");
     assert_eq!(p["metadata"]["uid"], squatter_uid.as_str(), "not deleted");
     // the tenant removes it: roam makes its own pod, the VM runs
-    let (ok, _, err) = as_tenant(
-        lab,
-        kc,
-        &["-n", NS, "delete", "pod", "t3-launcher", "--wait=true"],
-    );
+    let (ok, _, err) = tenant.kubectl(&["-n", NS, "delete", "pod", "t3-launcher", "--wait=true"]);
     assert!(ok, "{err}");
     let st = wait_until(LONG, "t3 Running in roam's own pod", || {
         let v = get(lab, &["-n", NS, "get", "vm", "t3"])?;
@@ -436,7 +475,7 @@ fn nothing_is_adopted_by_name(lab: &Lab, kc: &Path, kernel: &str, initrd: &str) 
 /// The tenant strips roam's labels and the VM's ownership from the VM's launcher pod, then
 /// deletes the VM: roam finds the pod from its runner in roam-system all the same, so the VM
 /// goes only once its QEMU and runner are gone.
-fn strip_the_launcher_then_delete(lab: &Lab, kc: &Path) {
+fn strip_the_launcher_then_delete(lab: &Lab, tenant: &Tenant) {
     let st = get(lab, &["-n", NS, "get", "vm", "t3"]).expect("t3")["status"].clone();
     let launcher = st["pod"].as_str().expect("t3's launcher").to_string();
     let runner = roam_migrator::core::launcher::runner_name(NS, &launcher);
@@ -462,7 +501,7 @@ fn strip_the_launcher_then_delete(lab: &Lab, kc: &Path) {
         ],
         &["-n", NS, "delete", "vm", "t3", "--wait=false"],
     ] {
-        let (ok, _, err) = as_tenant(lab, kc, args);
+        let (ok, _, err) = tenant.kubectl(args);
         assert!(ok, "{args:?}: {err}");
     }
     wait_until(LONG, "t3 gone", || {
