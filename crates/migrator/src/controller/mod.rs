@@ -245,6 +245,26 @@ impl Context {
         Ok(labels)
     }
 
+    /// The names of the Networks of `plans` that admit namespace `ns` (its labels read only
+    /// when a Network's selector decides): an interface that names no Network picks among
+    /// these ([`crate::core::claim::resolve_for`]).
+    pub(crate) async fn admitting(
+        &self,
+        ns: &str,
+        plans: &[crate::core::network::NetworkPlan],
+    ) -> crate::Result<std::collections::BTreeSet<String>> {
+        let labels = if plans.iter().any(|p| p.access.needs_labels(ns)) {
+            self.namespace_labels(ns).await?
+        } else {
+            Labels::new()
+        };
+        Ok(plans
+            .iter()
+            .filter(|p| p.access.admits(ns, &labels))
+            .map(|p| p.name.clone())
+            .collect())
+    }
+
     /// Whether `owner`'s interfaces `resolved` may be given what they ask for, by their
     /// Networks' access rules ([`crate::core::claim::may_use`]): `workload` (`pod ns/name`,
     /// `virtual machine ns/name`) of namespace `ns`. The namespace's labels are read only

@@ -30,7 +30,7 @@ use super::{Context, ERROR_ANNOTATION, NETWORK_LABEL, POD_ANNOTATION, Tentative,
 use crate::api::Address;
 use crate::core::claim::{
     Resolved, Step, claimed, decide, new_address_name, owner_key, pod_addresses, pool_address,
-    resolve,
+    resolve_for,
 };
 use crate::error::{Error, Result};
 use roam_contract::owner::refs_of;
@@ -165,11 +165,12 @@ pub(super) async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action
     ctx.wait_synced().await;
     let plans = ctx.index.lock().expect("index lock").plans();
     let annotations = pod.metadata.annotations.clone().unwrap_or_default();
-    let resolved = match resolve(&key, &annotations, &plans) {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let admitting = ctx.admitting(ns, &plans).await?;
+    let resolved = match resolve_for(&key, &annotations, &plans, &admitting) {
         Ok(r) => r,
         Err(e) => return report(&ctx, &pod, e).await,
     };
-    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     match ctx
         .may_use(&format!("pod {key}"), ns, &owner, &resolved)
         .await

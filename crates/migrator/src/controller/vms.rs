@@ -43,7 +43,7 @@ use crate::core::placement::{self, Need, NodeFacts, Taint};
 use crate::core::vm::readiness::{LAUNCHER_FAILING, condition, readiness, set_condition};
 use crate::core::vm::tap_name;
 use crate::core::vm::{
-    PortBook, VmNic, account_resets, interface_status, nics as vm_nics, resolve_vm,
+    PortBook, VmNic, account_resets, interface_status, nics as vm_nics, resolve_vm_for,
 };
 use crate::core::vm::{teardown, validate, volume};
 use crate::error::{Error, Result};
@@ -721,7 +721,10 @@ async fn place(
 async fn may_use(ctx: &Context, vm: &VirtualMachine) -> Result<()> {
     let key = vm_key(vm);
     let plans = ctx.index.lock().expect("index lock").plans();
-    let Ok(resolved) = resolve_vm(&key, &vm.spec, &plans) else {
+    let admitting = ctx
+        .admitting(&vm.namespace().unwrap_or_default(), &plans)
+        .await?;
+    let Ok(resolved) = resolve_vm_for(&key, &vm.spec, &plans, &admitting) else {
         return Ok(());
     };
     ctx.may_use(
@@ -745,7 +748,10 @@ async fn claim_addresses(
     let key = vm_key(vm);
     let pod_key = format!("{}/{pod_name}", vm.namespace().unwrap_or_default());
     let plans = ctx.index.lock().expect("index lock").plans();
-    let resolved = resolve_vm(&key, &vm.spec, &plans)?;
+    let admitting = ctx
+        .admitting(&vm.namespace().unwrap_or_default(), &plans)
+        .await?;
+    let resolved = resolve_vm_for(&key, &vm.spec, &plans, &admitting)?;
     let mut held: Vec<Arc<Address>> = Vec::new();
     for r in &resolved {
         held.push(pods::claim(ctx, &pod_key, &key, node, r).await?);

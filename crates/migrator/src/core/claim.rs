@@ -51,11 +51,25 @@ pub struct Resolved<'a> {
 
 /// Parse a pod's `roam.dev/interfaces` (absent: one overlay `eth0`) and find each
 /// interface's Network among the valid ones: the named one, else for the overlay the only
-/// overlay Network, for the underlay the Network of the VLAN tag.
+/// overlay Network, for the underlay the Network of the VLAN tag ([`resolve_for`] with no
+/// Network admitting the workload's namespace known).
 pub fn resolve<'a>(
     pod: &str,
     annotations: &BTreeMap<String, String>,
     networks: &'a [NetworkPlan],
+) -> Result<Vec<Resolved<'a>>> {
+    resolve_for(pod, annotations, networks, &BTreeSet::new())
+}
+
+/// [`resolve`], where an interface that names no Network and finds several of its mode
+/// (and VLAN) takes the one of them that admits the workload's namespace (`admitting`: the
+/// names of the Networks whose access rules do): another namespace's Network is not a
+/// choice, so it makes no default ambiguous.
+pub fn resolve_for<'a>(
+    pod: &str,
+    annotations: &BTreeMap<String, String>,
+    networks: &'a [NetworkPlan],
+    admitting: &BTreeSet<String>,
 ) -> Result<Vec<Resolved<'a>>> {
     let requests = match annotations.get(INTERFACES) {
         Some(json) => parse_interfaces(json).map_err(|source| Error::Annotation {
@@ -107,9 +121,14 @@ pub fn resolve<'a>(
                         _ => true,
                     })
                     .collect();
-                match candidates.as_slice() {
-                    [one] => *one,
-                    [] => {
+                let admitted: Vec<&NetworkPlan> = candidates
+                    .iter()
+                    .copied()
+                    .filter(|n| admitting.contains(&n.name))
+                    .collect();
+                match (candidates.as_slice(), admitted.as_slice()) {
+                    ([one], _) | ([_, _, ..], [one]) => *one,
+                    ([], _) => {
                         return Err(none(match &request.vlan {
                             Some(v) if request.mode == Mode::Underlay => {
                                 format!("no usable underlay Network has VLAN {}", v.tag)
@@ -117,7 +136,7 @@ pub fn resolve<'a>(
                             _ => format!("no usable {} Network exists", request.mode),
                         }));
                     }
-                    many => {
+                    (many, _) => {
                         return Err(none(format!(
                             "{} {} Networks match ({}); name one with \"network\"",
                             many.len(),

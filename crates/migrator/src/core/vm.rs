@@ -4,13 +4,13 @@
 //! (`requested-chassis=src,dst`, activated on the target by the guest's RARP) whose route
 //! never moves: left alone in the pause, made single-chassis once the migration is over.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use roam_contract::annotation::{InterfaceRequest, parse_interfaces};
 use roam_contract::keys::INTERFACES;
 use serde_json::json;
 
-use super::claim::{Resolved, held_by, ovn_port, resolve};
+use super::claim::{Resolved, held_by, ovn_port, resolve_for};
 use super::network::NetworkPlan;
 use crate::api::{Address, GuestResets, NetworkMode, VirtualMachineSpec, VmInterfaceStatus};
 use crate::core::migration::RouteAt;
@@ -130,6 +130,17 @@ pub fn resolve_vm<'a>(
     spec: &VirtualMachineSpec,
     networks: &'a [NetworkPlan],
 ) -> Result<Vec<Resolved<'a>>> {
+    resolve_vm_for(vm, spec, networks, &BTreeSet::new())
+}
+
+/// [`resolve_vm`] with the Networks admitting the VM's namespace (`admitting`, see
+/// [`super::claim::resolve_for`]).
+pub fn resolve_vm_for<'a>(
+    vm: &str,
+    spec: &VirtualMachineSpec,
+    networks: &'a [NetworkPlan],
+    admitting: &BTreeSet<String>,
+) -> Result<Vec<Resolved<'a>>> {
     let reqs = requests(vm, spec, networks)?;
     // as a pod would write them: a static IP without DHCP
     let as_pod: Vec<InterfaceRequest> = reqs
@@ -145,7 +156,7 @@ pub fn resolve_vm<'a>(
         serde_json::to_string(&as_pod).map_err(|e| invalid(vm, e.to_string()))?,
     )]);
     // a VM's error names the VM (resolve speaks of pods)
-    let mut resolved = resolve(vm, &anns, networks).map_err(|e| match e {
+    let mut resolved = resolve_for(vm, &anns, networks, admitting).map_err(|e| match e {
         Error::NoNetwork {
             interface, problem, ..
         } => invalid(vm, format!("interface {interface}: {problem}")),

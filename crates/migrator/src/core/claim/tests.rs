@@ -489,3 +489,31 @@ fn the_ovn_port_is_per_node_on_the_overlay_and_one_on_a_vlan() {
     assert_eq!(ovn_port(&spec, "n-100-64-0-5", "node-a"), "n-100-64-0-5");
     assert_eq!(ovn_port(&spec, "n-100-64-0-5", "node-b"), "n-100-64-0-5");
 }
+
+#[test]
+fn a_default_interface_takes_the_one_network_that_admits_its_namespace() {
+    let other = {
+        let mut n = net();
+        n.name = "ovl2".into();
+        n
+    };
+    let nets = [net(), other];
+    let admitting = |names: &[&str]| names.iter().map(|n| n.to_string()).collect();
+    // another namespace's Network is no choice
+    let r = resolve_for("ns/p", &BTreeMap::new(), &nets, &admitting(&["ovl2"])).unwrap();
+    assert_eq!(r[0].network.name, "ovl2");
+    // none or both admitting: still ambiguous, name one
+    for a in [admitting(&[]), admitting(&["ovl", "ovl2"])] {
+        let e = resolve_for("ns/p", &BTreeMap::new(), &nets, &a).unwrap_err();
+        assert!(e.to_string().contains("name one"), "{a:?}: {e}");
+    }
+    // a named Network is taken as named (its access rules decide later, with their reason)
+    let r = resolve_for(
+        "ns/p",
+        &ann(r#"[{"mode":"overlay","network":"ovl","interface":{"name":"eth0"}}]"#),
+        &nets,
+        &admitting(&["ovl2"]),
+    )
+    .unwrap();
+    assert_eq!(r[0].network.name, "ovl");
+}
