@@ -548,6 +548,10 @@ const TUN: &str = "/dev/net/tun";
 /// minimal one and the TUN device, no disk or other device of the node), with the
 /// capabilities libvirtd needs to run QEMU unprivileged and nothing else; QEMU itself runs as
 /// uid 107 with none (`deploy/launcher/qemu.conf`).
+///
+/// Not confined by the node's AppArmor (where the node has it): the runtime's default
+/// profile forbids every mount, and the disk image's pin is one; QEMU's confinement is its
+/// own user. Kubernetes ≥ 1.30 reads the field, older ones [`APPARMOR_ANNOTATION`].
 pub fn libvirtd_security() -> serde_json::Value {
     json!({
         "privileged": false,
@@ -555,8 +559,16 @@ pub fn libvirtd_security() -> serde_json::Value {
             "drop": ["ALL"],
             "add": LIBVIRTD_CAPABILITIES,
         },
+        "appArmorProfile": {"type": "Unconfined"},
     })
 }
+
+/// The AppArmor annotation of the libvirtd container (Kubernetes before 1.30; later ones
+/// take it too, when it agrees with the field): see [`libvirtd_security`].
+pub const APPARMOR_ANNOTATION: (&str, &str) = (
+    "container.apparmor.security.beta.kubernetes.io/libvirtd",
+    "unconfined",
+);
 
 /// What libvirtd's container may do, and why: `SYS_ADMIN` — `roam-shim libvirtd` bind-mounts
 /// the checked disk image and unmounts the volume in the container's own mount namespace;
@@ -624,6 +636,13 @@ pub fn launcher_pod(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -
         "cpu": format!("{}m", need.millicpu),
     });
     let owner = vm.controller_owner_ref(&()).map(|o| vec![o]);
+    if cfg.runners.is_none() {
+        // this pod runs libvirtd itself
+        annotations.insert(
+            APPARMOR_ANNOTATION.0.to_string(),
+            APPARMOR_ANNOTATION.1.to_string(),
+        );
+    }
     let metadata = json!({
         "name": l.pod,
         "namespace": p.ns,
@@ -862,6 +881,10 @@ pub fn runner_pod(
         ],
     }));
     let mut annotations = BTreeMap::new();
+    annotations.insert(
+        APPARMOR_ANNOTATION.0.to_string(),
+        APPARMOR_ANNOTATION.1.to_string(),
+    );
     annotations.insert(RUNNER_VM_ANNOTATION.to_string(), vm_key(vm));
     annotations.insert(
         RUNNER_OF_ANNOTATION.to_string(),
@@ -1250,6 +1273,7 @@ mod tests {
         assert!(r.metadata.owner_references.is_none());
         assert!(!is_launcher(&r), "the runner holds no address");
         assert_eq!(r.labels()[RUNNER_VM_LABEL], "u");
+        assert_eq!(r.annotations()[APPARMOR_ANNOTATION.0], "unconfined");
         assert_eq!(
             runner_of(&r),
             Some(("ns".into(), "demo-launcher".into(), "pod-uid".into()))
@@ -1581,8 +1605,17 @@ mod tests {
         let libvirtd = &spec.containers[0];
         // no network socket, no key where QEMU runs
         assert_eq!(libvirtd.args.clone().unwrap(), ["libvirtd"]);
-        // not privileged: of the node's devices only the TUN device
+        // not privileged: of the node's devices only the TUN device; the node's AppArmor
+        // would forbid the disk image's pin
+        assert_eq!(
+            p.metadata.annotations.as_ref().unwrap()[APPARMOR_ANNOTATION.0],
+            "unconfined"
+        );
         let sc = libvirtd.security_context.clone().unwrap();
+        assert_eq!(
+            sc.app_armor_profile.as_ref().map(|a| a.type_.as_str()),
+            Some("Unconfined")
+        );
         assert_eq!(sc.privileged, Some(false));
         let caps = sc.capabilities.unwrap();
         assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]));
