@@ -294,7 +294,8 @@ pub enum Migration {
     /// speak over UNIX sockets of the launcher pod only, and the shims carry both streams
     /// between the nodes over mutual TLS with the nodes' identities.
     Proxy {
-        /// Where this shim takes a source's connections.
+        /// Where the runner's migration proxy (`roam-shim proxy`) takes a source's
+        /// connections; the shim names it to a migration's source.
         listen: SocketAddr,
         /// The nodes whose certificates it takes (`--allowed-peers`: this node, and a
         /// migration's source). Empty: none.

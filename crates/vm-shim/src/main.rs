@@ -18,6 +18,9 @@ roam-shim: owns one libvirt domain and serves its migration API
   roam-shim libvirtd [--listen IP:PORT] [--libvirtd PATH] [--run-dir DIR]
                      [--disk IMAGE [--disk-format F] [--disk-access A] [--image-root DIR]]
                                    the launcher pod's own libvirtd (its other container)
+  roam-shim proxy --listen IP:PORT --allowed-peers NODE,... --pki-dir DIR [--run-dir DIR]
+                                   a migration's target side: the source node's streams,
+                                   over mutual TLS, to this pod's libvirtd and QEMU
   roam-shim console --file PATH [--to FILE]
                                    the guest's serial console (a file QEMU appends to) on
                                    stdout, for kubectl logs (the pod's console container), or
@@ -79,6 +82,10 @@ fn real_main() -> anyhow::Result<()> {
             return Ok(());
         }
         Some("libvirtd") => return exec_libvirtd(&args[1..]),
+        Some("proxy") => {
+            let a = proxy::parse(&args[1..]).map_err(anyhow::Error::msg)?;
+            return tokio::runtime::Runtime::new()?.block_on(run_proxy(a));
+        }
         Some("console") => {
             // the guest's console for `kubectl logs`: runs until the pod stops it
             let a = console::parse(&args[1..]).map_err(anyhow::Error::msg)?;
@@ -153,37 +160,6 @@ async fn run(cfg: config::ShimConfig) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listen on {listen}"))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    // a migration's target: the source node's shim carries libvirt's and QEMU's streams here
-    let proxy = match (&cfg.migration, &cfg.pki_dir) {
-        (
-            config::Migration::Proxy {
-                listen,
-                allowed_peers,
-            },
-            Some(dir),
-        ) => {
-            let l = tokio::net::TcpListener::bind(listen)
-                .await
-                .with_context(|| format!("listen on {listen} (the migration proxy)"))?;
-            let dir = dir.clone();
-            let tls: proxy::ServerConfigSource = std::sync::Arc::new(move || {
-                roam_shim_api::tls::Identity::read_dir(&dir)
-                    .and_then(|i| {
-                        i.peer_server_config(&[proxy::ALPN_LIBVIRT, proxy::ALPN_MIGRATION])
-                    })
-                    .map_err(|e| e.to_string())
-            });
-            tracing::info!(%listen, peers = ?allowed_peers, "migration proxy");
-            Some(tokio::spawn(proxy::serve(
-                l,
-                tls,
-                std::sync::Arc::new(allowed_peers.clone()),
-                proxy::Sockets::new(std::path::Path::new(libvirtd::RUN_DIR)),
-                stop_rx.clone(),
-            )))
-        }
-        _ => None,
-    };
     let shim = Shim::start(cfg).await?;
     tracing::info!(%listen, "serving the migration API");
     let server = tokio::spawn(server::serve(shim.clone(), listener, stop_rx));
@@ -196,9 +172,6 @@ async fn run(cfg: config::ShimConfig) -> anyhow::Result<()> {
     };
     let _ = stop_tx.send(true);
     let _ = server.await;
-    if let Some(p) = proxy {
-        let _ = p.await;
-    }
     if lost {
         // a pod's deletion stops libvirtd and the shim together: libvirtd, quicker, may go
         // first. A SIGTERM right behind the lost connection is that shutdown, whose taps must
@@ -219,6 +192,37 @@ async fn run(cfg: config::ShimConfig) -> anyhow::Result<()> {
         tracing::info!("libvirtd went, then SIGTERM: shutting down");
     }
     shim.shutdown().await;
+    Ok(())
+}
+
+/// `roam-shim proxy`: the target's side of the migration proxy until SIGTERM.
+async fn run_proxy(a: proxy::Args) -> anyhow::Result<()> {
+    let l = tokio::net::TcpListener::bind(a.listen)
+        .await
+        .with_context(|| format!("listen on {} (the migration proxy)", a.listen))?;
+    let dir = a.pki_dir.clone();
+    let tls: proxy::ServerConfigSource = std::sync::Arc::new(move || {
+        roam_shim_api::tls::Identity::read_dir(&dir)
+            .and_then(|i| i.peer_server_config(&[proxy::ALPN_LIBVIRT, proxy::ALPN_MIGRATION]))
+            .map_err(|e| e.to_string())
+    });
+    tracing::info!(listen = %a.listen, peers = ?a.allowed_peers, "migration proxy");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let served = tokio::spawn(proxy::serve(
+        l,
+        tls,
+        std::sync::Arc::new(a.allowed_peers),
+        proxy::Sockets::new(&a.run_dir),
+        stop_rx,
+    ));
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    let _ = stop_tx.send(true);
+    let _ = served.await;
     Ok(())
 }
 

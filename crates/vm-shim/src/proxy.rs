@@ -85,6 +85,68 @@ impl Sockets {
     }
 }
 
+/// What `roam-shim proxy` (the runner's `migration-proxy` container: the target's side,
+/// apart from the shim, so that a restarted shim leaves a running migration's streams
+/// alone) was asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Args {
+    /// Where it takes a source's connections (`--listen IP:PORT`).
+    pub listen: SocketAddr,
+    /// The nodes whose certificates it takes (`--allowed-peers NODE,...`).
+    pub allowed_peers: Vec<String>,
+    /// The node's roam PKI directory (`--pki-dir`).
+    pub pki_dir: PathBuf,
+    /// The pod's libvirt run directory (`--run-dir`, default `/run/libvirt`).
+    pub run_dir: PathBuf,
+}
+
+/// The usage line.
+pub const USAGE: &str = "roam-shim proxy --listen IP:PORT --allowed-peers NODE[,NODE...] --pki-dir DIR [--run-dir DIR(/run/libvirt)]";
+
+/// Parse `roam-shim proxy`'s flags (pure).
+pub fn parse(args: &[String]) -> Result<Args, String> {
+    let (mut listen, mut peers, mut pki, mut run) = (None, None, None, None);
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value; usage: {USAGE}"))?;
+        match flag.as_str() {
+            "--listen" => {
+                listen =
+                    Some(value.parse::<SocketAddr>().map_err(|_| {
+                        format!("--listen {value:?}: give this node's IP and a port")
+                    })?)
+            }
+            "--allowed-peers" => {
+                let list: Vec<String> = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(String::from)
+                    .collect();
+                if let Some(p) = list
+                    .iter()
+                    .find_map(|n| roam_shim_api::limits::node_name_problem(n))
+                {
+                    return Err(format!("--allowed-peers: {p}"));
+                }
+                peers = Some(list);
+            }
+            "--pki-dir" => pki = Some(PathBuf::from(value)),
+            "--run-dir" => run = Some(PathBuf::from(value)),
+            _ => return Err(format!("unknown flag {flag}; usage: {USAGE}")),
+        }
+    }
+    let need = |what: &str| format!("{what} is required; usage: {USAGE}");
+    Ok(Args {
+        listen: listen.ok_or_else(|| need("--listen"))?,
+        allowed_peers: peers.ok_or_else(|| need("--allowed-peers"))?,
+        pki_dir: pki.ok_or_else(|| need("--pki-dir"))?,
+        run_dir: run.unwrap_or_else(|| PathBuf::from(crate::libvirtd::RUN_DIR)),
+    })
+}
+
 /// Which stream a connection carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stream {
@@ -367,6 +429,34 @@ mod tests {
         }
         let e = admit(Some(ALPN_LIBVIRT), Some("node-a"), &[]).unwrap_err();
         assert!(e.contains("allowed: none"), "{e}");
+    }
+
+    #[test]
+    fn proxy_flags() {
+        let w = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let a = parse(&w(&[
+            "--listen",
+            "10.0.0.12:17201",
+            "--allowed-peers",
+            "node-b,node-a",
+            "--pki-dir",
+            "/var/lib/roam/pki",
+        ]))
+        .unwrap();
+        assert_eq!(a.allowed_peers, ["node-b", "node-a"]);
+        assert_eq!(a.run_dir, Path::new("/run/libvirt"));
+        for (args, says) in [
+            (w(&["--listen", "x"]), "IP and a port"),
+            (w(&["--allowed-peers", "Node_A"]), "lowercase"),
+            (
+                w(&["--listen", "10.0.0.1:1", "--pki-dir", "/p"]),
+                "--allowed-peers is required",
+            ),
+            (w(&["--port", "1"]), "unknown flag"),
+        ] {
+            let e = parse(&args).unwrap_err();
+            assert!(e.contains(says), "{args:?}: {e}");
+        }
     }
 
     #[test]

@@ -258,6 +258,9 @@ struct Parts {
     /// launcher's libvirt port); `None` with the nodes' identities, where libvirtd has no
     /// network socket and the shim's proxy takes that port.
     plain_listen: Option<SocketAddr>,
+    /// With the nodes' identities: where the runner's migration proxy listens and the nodes
+    /// it takes (this node, a target's migration source).
+    proxy: Option<(SocketAddr, Vec<String>)>,
 }
 
 fn parts(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -> Result<Parts> {
@@ -439,6 +442,10 @@ fn parts(cfg: &VmConfig, vm: &VirtualMachine, l: &LauncherSpec<'_>) -> Result<Pa
             None => Some(SocketAddr::new(ip, libvirt_port)),
             Some(_) => None,
         },
+        proxy: cfg
+            .node_pki_dir
+            .as_ref()
+            .map(|_| (SocketAddr::new(ip, libvirt_port), peers)),
     })
 }
 
@@ -538,8 +545,32 @@ fn vm_containers(
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": shim_mounts,
     });
-    (vec![libvirtd, shim], volumes)
+    let mut containers = vec![libvirtd, shim];
+    if let (Some((listen, peers)), Some(pki)) = (&p.proxy, &cfg.node_pki_dir) {
+        // a migration's target side, apart from the shim: a restarted shim leaves a running
+        // migration's streams alone. Root (the node key is root's) with no capability but
+        // DAC_OVERRIDE: it connects to the socket QEMU (uid 107) listens on
+        let mut sc = unprivileged();
+        sc["capabilities"]["add"] = json!(["DAC_OVERRIDE"]);
+        containers.push(json!({
+            "name": PROXY_CONTAINER,
+            "image": cfg.launcher_image,
+            "imagePullPolicy": "IfNotPresent",
+            "args": ["proxy", "--listen", listen.to_string(), "--allowed-peers", peers.join(","),
+                     "--pki-dir", pki],
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+            "securityContext": sc,
+            "volumeMounts": [
+                {"name": "libvirt", "mountPath": "/run/libvirt"},
+                {"name": "node-pki", "mountPath": pki, "readOnly": true},
+            ],
+        }));
+    }
+    (containers, volumes)
 }
+
+/// The runner's container that takes a migration's streams from the source node.
+pub const PROXY_CONTAINER: &str = "migration-proxy";
 
 /// The node's TUN/TAP device.
 const TUN: &str = "/dev/net/tun";
@@ -1668,6 +1699,22 @@ mod tests {
         assert_eq!(get(&args, "--pki-dir"), "/var/lib/roam/pki");
         assert_eq!(get(&args, "--migration-proxy"), "10.0.0.1:17200");
         assert_eq!(get(&args, "--allowed-peers"), "node-a");
+        // the target side of the proxy runs apart from the shim, with the key and one
+        // capability
+        let proxy = spec
+            .containers
+            .iter()
+            .find(|c| c.name == PROXY_CONTAINER)
+            .expect("the migration proxy's container");
+        let pargs = proxy.args.clone().unwrap();
+        assert_eq!(pargs[0], "proxy");
+        assert_eq!(get(&pargs, "--listen"), "10.0.0.1:17200");
+        assert_eq!(get(&pargs, "--allowed-peers"), "node-a");
+        let psc = proxy.security_context.clone().unwrap();
+        let caps = psc.capabilities.unwrap();
+        assert_eq!(caps.add.as_deref(), Some(&["DAC_OVERRIDE".to_string()][..]));
+        assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]));
+        assert_eq!(psc.read_only_root_filesystem, Some(true));
         for plain in ["--peer-libvirt-uri", "--migration-uri"] {
             assert!(!args.iter().any(|a| a == plain), "{plain}: {args:?}");
         }
