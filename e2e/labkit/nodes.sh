@@ -23,10 +23,6 @@ remove_mount_points() {
 nodes_up() {
   local n ns d idx hidden h
   mkdir -p "$LAB_DIR" && echo "$ROAM_LAB_NODES" > "$LAB_DIR/node-count"
-  # roam's QEMU runs as an unprivileged user: a post-copy migration's userfaultfd needs the
-  # node to allow it (a node prerequisite of post-copy, docs/install.md); put back at down
-  [ -f "$LAB_DIR/uffd-before" ] || cat /proc/sys/vm/unprivileged_userfaultfd > "$LAB_DIR/uffd-before"
-  sysctl -qw vm.unprivileged_userfaultfd=1
   make_mount_points
   ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
   ip addr replace "$BRIDGE_IP/24" dev "$BRIDGE"
@@ -80,9 +76,6 @@ node_sweep() {
 
 nodes_down() {
   local n ns idx
-  if [ -f "$LAB_DIR/uffd-before" ]; then
-    sysctl -qw vm.unprivileged_userfaultfd="$(cat "$LAB_DIR/uffd-before")" && rm -f "$LAB_DIR/uffd-before"
-  fi
   for n in $NODES; do
     node_sweep "$n"
     stop_pid "$(node_dir "$n")/holder.pid"

