@@ -14,9 +14,9 @@
 //! - the target launcher pod deleted while Migrating: Failed with the reason, the VM still
 //!   on the source;
 //! - the target shim process SIGKILLed while Migrating: the kubelet restarts it and it
-//!   re-attaches; the migration ends Failed (its streams through the runners' proxies do not
-//!   survive it, a known limit) with the VM running on the source, and the next one succeeds
-//!   (and the failed migration before it got no route flip from a task it left behind);
+//!   re-attaches; the migration ends Succeeded, or Failed (a known limit) with the VM running
+//!   on the source and the next one Succeeded (and the failed migration before it got no
+//!   route flip from a task it left behind);
 //! - roam-controller dead right after it started the copy, before it recorded the job (the
 //!   `migration-started` failpoint: `ROAM_FAILPOINT` set in the Deployment, a rollout): the
 //!   next one adopts the running job and still sees the pause (the target announces, its
@@ -574,9 +574,9 @@ fn migrations_survive_controller_and_shim_faults() {
     );
 
     // --- the target shim process killed while copying (a → b): the kubelet restarts it and
-    // it re-attaches; the copy itself ends Failed (the streams through the runners' proxies
-    // do not survive it: docs/status.md, Limits) and the VM runs on node-a as before; the
-    // next migration to node-b succeeds
+    // it re-attaches; the copy carries on to the end (the proxy's target side is not the
+    // shim) or, when the kill falls early, ends Failed with the VM on node-a as before
+    // (docs/status.md, Limits) and the next migration to node-b succeeds
     let t = Instant::now();
     let addr = Watch::new(&lab, &["get", "address", &b.addr]);
     let w = watch_vmim(&lab, "f8-tgtshim");
@@ -584,11 +584,16 @@ fn migrations_survive_controller_and_shim_faults() {
     w.until("f8-tgtshim copying", |m| phase(m) == "Migrating");
     kill_shim("node-b");
     let m = wait_end(&lab, &ctl, "f8-tgtshim");
-    assert_ended(&lab, &ctl, &m, "Failed", None);
-    assert_settled(&lab, &b, &ctl, "node-a");
-    create_vmim(&lab, "f8-tgtshim-again", "node-b", None);
-    let m = wait_end(&lab, &ctl, "f8-tgtshim-again");
-    assert_ended(&lab, &ctl, &m, "Succeeded", None);
+    if phase(&m) == "Failed" {
+        // the kill fell where the streams could not carry on: the VM on its source
+        assert_ended(&lab, &ctl, &m, "Failed", None);
+        assert_settled(&lab, &b, &ctl, "node-a");
+        create_vmim(&lab, "f8-tgtshim-again", "node-b", None);
+        let m = wait_end(&lab, &ctl, "f8-tgtshim-again");
+        assert_ended(&lab, &ctl, &m, "Succeeded", None);
+    } else {
+        assert_ended(&lab, &ctl, &m, "Succeeded", None);
+    }
     assert_settled(&lab, &b, &ctl, "node-b");
     assert_one_flip(&addr, "node-b", &ctl);
     // the failed f8-tgtpod's copy never paused, so no event ended its switchover task: it
@@ -600,7 +605,7 @@ fn migrations_survive_controller_and_shim_faults() {
         ctl.tail()
     );
     eprintln!(
-        "target shim killed while copying: Failed, then Succeeded in {:?}",
+        "target shim killed while copying: on node-b in {:?}",
         t.elapsed()
     );
 
