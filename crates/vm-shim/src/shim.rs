@@ -538,17 +538,7 @@ impl Shim {
                 migration_uri,
             } => (peer_libvirt_uri.clone(), migration_uri.to_string(), None),
             Migration::Proxy { listen, .. } => {
-                // a socket an earlier, failed attempt's QEMU left: the next one's QEMU
-                // could not listen there
-                let incoming = Sockets::new(Path::new(crate::libvirtd::RUN_DIR)).migration();
-                if let Err(e) = std::fs::remove_file(&incoming)
-                    && e.kind() != std::io::ErrorKind::NotFound
-                {
-                    return Err(Error::Io {
-                        what: format!("remove the stale {}", incoming.display()),
-                        source: e,
-                    });
-                }
+                // (a target pod is made for one migration: no earlier QEMU left a socket)
                 (String::new(), String::new(), Some(listen.to_string()))
             }
         };
