@@ -156,7 +156,7 @@ const TERM_AFTER_LOST: std::time::Duration = std::time::Duration::from_secs(2);
 
 async fn run(cfg: config::ShimConfig) -> anyhow::Result<()> {
     let listen = cfg.listen;
-    let listener = tokio::net::TcpListener::bind(listen)
+    let listener = proxy::bind_when_free(listen, proxy::PORT_WAIT)
         .await
         .with_context(|| format!("listen on {listen}"))?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -197,9 +197,14 @@ async fn run(cfg: config::ShimConfig) -> anyhow::Result<()> {
 
 /// `roam-shim proxy`: the target's side of the migration proxy until SIGTERM.
 async fn run_proxy(a: proxy::Args) -> anyhow::Result<()> {
-    let l = tokio::net::TcpListener::bind(a.listen)
+    let sockets = proxy::Sockets::new(&a.run_dir);
+    proxy::clear_listening(&sockets)
+        .with_context(|| format!("remove {}", sockets.listening().display()))?;
+    let l = proxy::bind_when_free(a.listen, proxy::PORT_WAIT)
         .await
         .with_context(|| format!("listen on {} (the migration proxy)", a.listen))?;
+    proxy::mark_listening(&sockets, a.listen)
+        .with_context(|| format!("write {}", sockets.listening().display()))?;
     let dir = a.pki_dir.clone();
     let tls: proxy::ServerConfigSource = std::sync::Arc::new(move || {
         roam_shim_api::tls::Identity::read_dir(&dir)
@@ -212,7 +217,7 @@ async fn run_proxy(a: proxy::Args) -> anyhow::Result<()> {
         l,
         tls,
         std::sync::Arc::new(a.allowed_peers),
-        proxy::Sockets::new(&a.run_dir),
+        sockets,
         stop_rx,
     ));
     let mut term = signal(SignalKind::terminate())?;

@@ -83,6 +83,88 @@ impl Sockets {
     pub fn migration_uri(&self) -> String {
         format!("unix://{}", self.migration().display())
     }
+
+    /// Where the pod's `migration-proxy` says it listens ([`mark_listening`]): the target
+    /// shim answers a prepare only then ([`wait_listening`]).
+    pub fn listening(&self) -> PathBuf {
+        self.dir.join("roam-migration-proxy.listening")
+    }
+}
+
+/// How long a listener of a runner waits for its port: the VM's runner it replaces on the
+/// node (a migration back to a node whose earlier runner still terminates) holds the same
+/// ports until it exits, within its pod's 30 s grace period.
+pub const PORT_WAIT: Duration = Duration::from_secs(60);
+
+/// Bind `addr`, waiting up to `bound` while another process holds it (and only then: any
+/// other error is returned at once) rather than exit into the kubelet's restart back-off.
+pub async fn bind_when_free(addr: SocketAddr, bound: Duration) -> std::io::Result<TcpListener> {
+    let deadline = tokio::time::Instant::now() + bound;
+    let mut told = false;
+    loop {
+        match TcpListener::bind(addr).await {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                if !told {
+                    tracing::info!(%addr, "the port is in use (a runner of this node still terminating?): waiting up to {bound:?}");
+                    told = true;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Say that this pod's proxy listens on `addr` (replacing the file at once: the shim never
+/// reads half of it).
+pub fn mark_listening(sockets: &Sockets, addr: SocketAddr) -> std::io::Result<()> {
+    let file = sockets.listening();
+    let tmp = file.with_extension("tmp");
+    std::fs::write(&tmp, addr.to_string())?;
+    std::fs::rename(&tmp, &file)
+}
+
+/// Take back [`mark_listening`] (a proxy starting again has not bound yet).
+pub fn clear_listening(sockets: &Sockets) -> std::io::Result<()> {
+    match std::fs::remove_file(sockets.listening()) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Wait up to `bound` until this pod's proxy listens on `addr`: its port is then its own,
+/// not that of an earlier runner on the node, whose proxy would take the source's
+/// connections to another libvirtd, or of none, which would refuse them.
+pub async fn wait_listening(
+    sockets: &Sockets,
+    addr: SocketAddr,
+    bound: Duration,
+) -> Result<(), String> {
+    let want = addr.to_string();
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        let seen = std::fs::read_to_string(sockets.listening()).ok();
+        if seen.as_deref() == Some(want.as_str()) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(match seen {
+                Some(other) => format!(
+                    "the runner's migration-proxy listens on {other}, not {want}: \
+                     the pod's containers disagree (a partial upgrade?)"
+                ),
+                None => format!(
+                    "the runner's migration-proxy container has not listened on {want} \
+                     within {bound:?}: see its log (kubectl -n <roam namespace> logs <runner> \
+                     -c migration-proxy)"
+                ),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// What `roam-shim proxy` (the runner's `migration-proxy` container: the target's side,
@@ -373,9 +455,15 @@ async fn connect(
     name: ServerName<'static>,
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
     let go = async {
-        let tcp = TcpStream::connect(target)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
+        // a proxy container restarting refuses for a moment: the bound below covers it
+        let tcp = loop {
+            match TcpStream::connect(target).await {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                r => break r.map_err(|e| format!("connect: {e}"))?,
+            }
+        };
         let _ = tcp.set_nodelay(true);
         connector
             .connect(name, tcp)

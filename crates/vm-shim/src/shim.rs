@@ -34,10 +34,15 @@ use crate::api::{
 use crate::client::ShimClient;
 use crate::config::{Migration, Mode, ShimConfig};
 use crate::events::{Event, Lifecycle};
-use crate::proxy::{Outgoing, Sockets};
+use crate::proxy::{Outgoing, Sockets, wait_listening};
 use crate::sys::{LifecycleSubscription, RawLifecycle};
 use crate::{Error, Result, domain, net};
 use roam_shim_api::tls::{ClientTls, Identity};
+
+/// How long a prepare waits for the pod's migration proxy to listen: within the source
+/// shim's request bound ([`roam_shim_api::client::REQUEST_TIMEOUT`]), and past the moment an
+/// earlier runner of the VM on this node, terminating, lets go of the port.
+const PROXY_WAIT: Duration = Duration::from_secs(20);
 
 /// Where libvirt sends a migration: the target libvirtd's URI and the migration URI
 /// (through the proxies: the pods' sockets; a `unix://` URI is the path the target QEMU
@@ -539,6 +544,13 @@ impl Shim {
             } => (peer_libvirt_uri.clone(), migration_uri.to_string(), None),
             Migration::Proxy { listen, .. } => {
                 // (a target pod is made for one migration: no earlier QEMU left a socket)
+                let sockets = Sockets::new(Path::new(crate::libvirtd::RUN_DIR));
+                wait_listening(&sockets, *listen, PROXY_WAIT)
+                    .await
+                    .map_err(|m| Error::Io {
+                        what: m,
+                        source: std::io::ErrorKind::TimedOut.into(),
+                    })?;
                 (String::new(), String::new(), Some(listen.to_string()))
             }
         };

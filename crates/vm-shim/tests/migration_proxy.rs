@@ -190,3 +190,74 @@ fn tokio_rustls_client_without_cert(ca: &roam_pki::Ca) -> tokio_rustls::rustls::
     c.alpn_protocols = vec![proxy::ALPN_LIBVIRT.to_vec()];
     c
 }
+
+/// A migration back to a node whose earlier runner still terminates: that runner's proxy
+/// holds the port. The new one waits for it rather than fail and says it listens only once
+/// the port is its own (the target shim answers a prepare only then). A source connecting
+/// while no proxy listens (one restarting) is refused and tries again rather than reset its
+/// libvirt connection.
+#[tokio::test]
+async fn a_proxy_waits_for_its_port_and_says_when_it_listens() {
+    let ca = roam_pki::Ca::generate(SystemTime::now(), DAY).unwrap();
+    let (src, dst) = (dir("late-src"), dir("late-dst"));
+    let target_sockets = Sockets::new(&dst);
+    echo(target_sockets.libvirtd(), b"libvirtd:");
+    // the earlier runner's proxy
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap();
+    proxy::clear_listening(&target_sockets).unwrap();
+    let binding = tokio::spawn(proxy::bind_when_free(addr, Duration::from_secs(30)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!binding.is_finished(), "bound a port another socket holds");
+    let not_yet = proxy::wait_listening(&target_sockets, addr, Duration::from_millis(200)).await;
+    assert!(
+        not_yet.unwrap_err().contains("has not listened"),
+        "a prepare must not pass before the proxy listens"
+    );
+    drop(held);
+    let l = tokio::time::timeout(Duration::from_secs(30), binding)
+        .await
+        .expect("bound once the port is free")
+        .unwrap()
+        .unwrap();
+    proxy::mark_listening(&target_sockets, addr).unwrap();
+    proxy::wait_listening(&target_sockets, addr, Duration::from_secs(5))
+        .await
+        .unwrap();
+    // another address in the file is a disagreement, said as such
+    let other: SocketAddr = "127.0.0.1:1".parse().unwrap();
+    let e = proxy::wait_listening(&target_sockets, other, Duration::from_millis(100))
+        .await
+        .unwrap_err();
+    assert!(e.contains("not 127.0.0.1:1"), "{e}");
+
+    // the proxy restarts: for a moment nothing listens, and the source connects then
+    drop(l);
+    proxy::clear_listening(&target_sockets).unwrap();
+    assert!(!target_sockets.listening().exists());
+    let sockets = Sockets::new(&src);
+    let _out = Outgoing::start(
+        &sockets,
+        addr,
+        "node-b",
+        node(&ca, "node-a").client_config().unwrap(),
+    )
+    .unwrap();
+    let answer = tokio::spawn({
+        let peer = sockets.peer();
+        async move { through(&peer, b"rpc", 12).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let l = proxy::bind_when_free(addr, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let id = node(&ca, "node-b");
+    let config: proxy::ServerConfigSource = Arc::new(move || {
+        id.peer_server_config(&[proxy::ALPN_LIBVIRT, proxy::ALPN_MIGRATION])
+            .map_err(|e| e.to_string())
+    });
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let allowed = Arc::new(vec!["node-a".to_string(), "node-b".to_string()]);
+    tokio::spawn(proxy::serve(l, config, allowed, target_sockets, rx));
+    assert_eq!(answer.await.unwrap(), b"libvirtd:rpc".to_vec());
+}
