@@ -178,11 +178,25 @@ sysctls_restore() {
   [ "$(sysctls_now)" = "$(cat "$LAB_DIR/sysctls-before")" ] || sysctl -q -w $(cat "$LAB_DIR/sysctls-before")
 }
 
+# The nodes' own setting: QEMU runs unprivileged (uid 107) and a post-copy migration's target
+# QEMU needs userfaultfd, which the kernel gives unprivileged processes only so (KubeVirt's
+# nodes need the same). The lab's nodes share this machine's kernel: saved, and put back on
+# `down`, with the kubelet's.
+node_sysctls_up() {
+  [ -f "$LAB_DIR/node-sysctls-before" ] || echo "vm.unprivileged_userfaultfd=$(sysctl -n vm.unprivileged_userfaultfd)" > "$LAB_DIR/node-sysctls-before"
+  sysctl -q -w vm.unprivileged_userfaultfd=1
+}
+node_sysctls_down() {
+  [ -f "$LAB_DIR/node-sysctls-before" ] || return 0
+  sysctl -q -w $(cat "$LAB_DIR/node-sysctls-before") && rm -f "$LAB_DIR/node-sysctls-before"
+}
+
 kubelet_up() {
   local t0 n d start
   t0=$(now)
   kubelet_pki
   [ -f "$LAB_DIR/sysctls-before" ] || sysctls_now > "$LAB_DIR/sysctls-before"
+  node_sysctls_up
   "$KUBE_BIN/kube-scheduler" --kubeconfig="$KUBECONFIG_PATH" --authentication-kubeconfig="$KUBECONFIG_PATH" \
     --authorization-kubeconfig="$KUBECONFIG_PATH" --leader-elect=false --bind-address=127.0.0.1 \
     --secure-port=0 --port=0 --logtostderr=true --v=1 >"$KDIR/logs/kube-scheduler.log" 2>&1 9>&- &
@@ -250,6 +264,7 @@ kubelet_down() {
   for n in $NODES; do kubelet_cgroups_remove "$n"; done
   sysctls_restore
   rm -f "$LAB_DIR/sysctls-before"
+  node_sysctls_down
 }
 
 kubelet_status() {

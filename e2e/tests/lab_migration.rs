@@ -11,7 +11,9 @@
 //! on the source with its address.
 //! The way back is driven by the `kubectl roam` plugin (`migrate VM --to NODE --watch`): it
 //! exits 0 once the migration Succeeded, after printing its progress. Last, a guest reset
-//! (`virsh reset`) shows in the VM's status (`guestResets`) and a `GuestReset` Event.
+//! (`virsh reset`) shows in the VM's status (`guestResets`) and a `GuestReset` Event; and a
+//! migration that cannot converge (1 MiB/s) but allows post-copy switches at its timeout
+//! and ends Succeeded on node-b, the TCP stream alive.
 //! The Network has no MTU of its own: the guest's is the default (1400) before and after each
 //! migration, and with the VM on node-b the client on node-a reaches it through geneve over
 //! the lab's 1500-byte node link — 1400-byte pings with DF set and a 4 MiB TCP echo pass, a
@@ -343,6 +345,53 @@ fn a_vm_boots_in_a_launcher_pod_and_live_migrates_back_and_forth() {
     wait_until(LONG, "the guest answers after its reboot", || {
         cli_ns.ping_once(&ip).then_some(())
     });
+
+    // post-copy: at 1 MiB/s the 256 MiB guest cannot converge (its pre-copy would need
+    // minutes, past the controller's timeout + post-copy backstop of 65 s, which would fail
+    // it); allowed post-copy, at the 5 s timeout the source shim switches, the guest runs on
+    // node-b at once and pulls the rest of its memory: Succeeded, same IP, the TCP stream
+    // alive. QEMU runs unprivileged: the lab's nodes allow it userfaultfd (docs/install.md)
+    let (stream, stop) = Stream::start(&lab, cli_ns, &ip);
+    std::thread::sleep(Duration::from_millis(500));
+    create(
+        &lab,
+        &[
+            json!({"apiVersion": "roam.dev/v1alpha1", "kind": "VirtualMachineMigration",
+        "metadata": {"name": "h8-postcopy", "namespace": NS, "labels": {"roam.dev/vm": VM}},
+        "spec": {"vm": VM, "targetNode": "node-b", "bandwidthMibPerSecond": 1,
+                 "allowPostCopy": true, "timeoutSeconds": 5}}),
+        ],
+    );
+    let m = wait_until(LONG, "the post-copy migration ended", || {
+        let m = get(&lab, &["-n", NS, "get", "vmim", "h8-postcopy"])?;
+        matches!(
+            m["status"]["phase"].as_str(),
+            Some("Succeeded" | "Failed" | "Aborted")
+        )
+        .then_some(m)
+    });
+    assert_eq!(
+        m["status"]["phase"],
+        "Succeeded",
+        "{m}\n{}",
+        ctl.log_tail(60)
+    );
+    let v = wait_until(LONG, "the VM Running on node-b after post-copy", || {
+        let v = vm(&lab, &H8)["status"].clone();
+        (v["phase"] == "Running" && v["node"] == "node-b" && v["migration"].is_null()).then_some(v)
+    });
+    assert_eq!(v["interfaces"][0]["ip"], ip.as_str(), "same IP");
+    let a = get(&lab, &["get", "address", &addr]).expect("the Address");
+    assert_eq!(a["spec"]["host"], "node-b", "{a}");
+    wait_until(LONG, "the guest answers after post-copy", || {
+        cli_ns.ping_once(&ip).then_some(())
+    });
+    let out = stream.stop(&stop);
+    assert!(
+        out.starts_with("OK"),
+        "the TCP stream survived post-copy: {out}"
+    );
+    eprintln!("post-copy node-a → node-b: Succeeded, stream {out}");
 }
 
 /// The VM's shim (on `status.node`, installed with the nodes' identities) serves its API over

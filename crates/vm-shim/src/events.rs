@@ -1,7 +1,7 @@
 //! libvirt's words → the API's: lifecycle events (`(event, detail)` codes) and job stats.
 //! The types themselves are `roam_shim_api`'s (re-exported here).
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use virt::sys;
 
@@ -125,12 +125,55 @@ pub fn job_stats(s: &virt::domain::JobStats) -> JobStats {
     }
 }
 
+/// What a migration past its deadline does next (pure).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtDeadline {
+    /// Ask QEMU to switch to post-copy.
+    PostCopy,
+    /// Abort: the VM stays on its source.
+    Abort,
+    /// Look again at the next sample.
+    Wait,
+}
+
+/// How long past its deadline a migration allowed post-copy waits for its copy to start
+/// before it is aborted: QEMU takes a switch only in a running copy, and libvirt starts the
+/// copy only once the target's QEMU is up (seconds under TCG).
+pub const POST_COPY_START_GRACE: Duration = Duration::from_secs(30);
+
+/// At or past the deadline (`past` after it): without post-copy abort; with it switch once
+/// QEMU copies (`copying`: libvirt's job is running and has moved memory), else wait for the
+/// copy a bounded while.
+pub fn at_deadline(post_copy: bool, copying: bool, past: Duration) -> AtDeadline {
+    match (post_copy, copying) {
+        (false, _) => AtDeadline::Abort,
+        (true, true) => AtDeadline::PostCopy,
+        (true, false) if past < POST_COPY_START_GRACE => AtDeadline::Wait,
+        (true, false) => AtDeadline::Abort,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn map(e: u32, d: u32) -> Lifecycle {
         from_libvirt(e as i32, d as i32)
+    }
+
+    #[test]
+    fn post_copy_is_asked_only_of_a_running_copy() {
+        let s = Duration::from_secs;
+        assert_eq!(at_deadline(false, true, s(0)), AtDeadline::Abort);
+        assert_eq!(at_deadline(false, false, s(0)), AtDeadline::Abort);
+        assert_eq!(at_deadline(true, true, s(0)), AtDeadline::PostCopy);
+        assert_eq!(at_deadline(true, true, s(3600)), AtDeadline::PostCopy);
+        // the target's QEMU still starting: no copy to switch yet
+        assert_eq!(at_deadline(true, false, s(1)), AtDeadline::Wait);
+        assert_eq!(
+            at_deadline(true, false, POST_COPY_START_GRACE),
+            AtDeadline::Abort
+        );
     }
 
     #[test]

@@ -33,7 +33,7 @@ use crate::api::{
 };
 use crate::client::ShimClient;
 use crate::config::{Migration, Mode, ShimConfig};
-use crate::events::{Event, Lifecycle};
+use crate::events::{AtDeadline, Event, Lifecycle, POST_COPY_START_GRACE, at_deadline};
 use crate::proxy::{Outgoing, Sockets, wait_listening};
 use crate::sys::{LifecycleSubscription, RawLifecycle};
 use crate::{Error, Result, domain, net};
@@ -840,6 +840,7 @@ impl Shim {
     ) -> bool {
         let mut downtime_set = false;
         let mut timed_out = false;
+        let mut copying = false;
         while !done.load(Ordering::SeqCst) {
             std::thread::sleep(STATS_EVERY);
             if done.load(Ordering::SeqCst) {
@@ -851,19 +852,26 @@ impl Shim {
                 if !downtime_set && let Some(ms) = downtime {
                     downtime_set = dom.migrate_set_max_downtime(ms, 0).is_ok();
                 }
+                let stats = crate::events::job_stats(&s);
+                copying = stats.data_processed.unwrap_or(0) > 0;
                 let mut st = lock(&self.inner.state);
                 if let Some(j) = st.job.as_mut().filter(|j| j.id == id) {
                     // while running, libvirt's "downtime" is the one it aims at: report the
                     // real one only after completion
                     j.stats = JobStats {
                         downtime_ms: None,
-                        ..crate::events::job_stats(&s)
+                        ..stats
                     };
                 }
             }
-            if !timed_out && Instant::now() > deadline {
-                timed_out = true;
-                if post_copy {
+            let now = Instant::now();
+            if timed_out || now < deadline {
+                continue;
+            }
+            match at_deadline(post_copy, copying, now - deadline) {
+                AtDeadline::Wait => {}
+                AtDeadline::PostCopy => {
+                    timed_out = true;
                     tracing::warn!(job = id, "timeout: switching to post-copy");
                     // before the call: QEMU's stop for the switch may be reported before it returns
                     lock(&self.inner.state).pause.post_copy_asked = true;
@@ -872,8 +880,18 @@ impl Shim {
                         aborted.store(true, Ordering::SeqCst);
                         let _ = crate::sys::abort_job(dom);
                     }
-                } else {
-                    tracing::warn!(job = id, "timeout: aborting the migration");
+                }
+                AtDeadline::Abort => {
+                    timed_out = true;
+                    if post_copy {
+                        tracing::warn!(
+                            job = id,
+                            "timeout: the copy did not start within {POST_COPY_START_GRACE:?} \
+                             of the deadline, nothing to switch to post-copy: aborting"
+                        );
+                    } else {
+                        tracing::warn!(job = id, "timeout: aborting the migration");
+                    }
                     aborted.store(true, Ordering::SeqCst);
                     let _ = crate::sys::abort_job(dom);
                 }
@@ -1061,7 +1079,13 @@ impl Shim {
                 })
             }
             None => {
-                tracing::warn!(vm = %self.name(), "no completed-job stats for the incoming migration")
+                // (after a post-copy libvirt keeps none): the guest came in all the same,
+                // which is what the controller waits for; the figures are unknown
+                tracing::warn!(vm = %self.name(), "no completed-job stats for the incoming migration");
+                lock(&self.inner.state).last_incoming = Some(Incoming {
+                    resumed_unix_ns,
+                    stats: JobStats::default(),
+                })
             }
         }
     }

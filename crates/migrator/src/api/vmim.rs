@@ -42,10 +42,13 @@ pub struct VirtualMachineMigrationSpec {
     /// Let QEMU throttle the guest's vCPUs when memory does not converge.
     #[serde(default)]
     pub auto_converge: bool,
-    /// Allow switching to post-copy when pre-copy does not converge.
+    /// At the timeout, switch to post-copy instead of giving up: the guest runs on the target
+    /// at once and fetches the rest of its memory from the source (a failure then loses the
+    /// guest). The nodes need `vm.unprivileged_userfaultfd=1` (QEMU runs unprivileged).
     #[serde(default)]
     pub allow_post_copy: bool,
-    /// Give up (and roll back) after this many seconds (default 300).
+    /// Give up (and roll back) after this many seconds (default 300); with `allowPostCopy`,
+    /// switch to post-copy then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u64>,
 }

@@ -26,8 +26,8 @@ const TARGET_LAUNCHER: &str = "TargetLauncher";
 const QUOTA_EXCEEDED: &str = "QuotaExceeded";
 use crate::core::launcher::{LauncherSpec, Mode, launcher_pod, launcher_trouble, shim_url, vm_key};
 use crate::core::migration::observe::{
-    guest_at, guest_on_target, is_shim_of, job, live, pod_running, record_landing, record_progress,
-    record_target_trouble, target_pod_state, timed_out, unrecorded_job,
+    give_up_after, guest_at, guest_on_target, is_shim_of, job, live, pod_running, record_landing,
+    record_progress, record_target_trouble, target_pod_state, timed_out, unrecorded_job,
 };
 use crate::core::migration::{Action, Decision, GuestAt, Job, Observed, Phase, PodState, RouteAt};
 use crate::core::vm::{
@@ -178,7 +178,7 @@ impl Run {
             invalid: None,
             deleted,
             timed_out: timed_out(
-                m.spec.timeout_seconds,
+                give_up_after(m.spec.timeout_seconds, m.spec.allow_post_copy),
                 start,
                 k8s_openapi::jiff::Timestamp::now(),
             ),

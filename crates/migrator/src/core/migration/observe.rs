@@ -149,6 +149,22 @@ pub fn guest_at(on_target: bool, source: Option<&Status>) -> GuestAt {
     }
 }
 
+/// How much later than `timeoutSeconds` a migration allowed post-copy gives up: its source
+/// shim acts at the deadline itself (switches to post-copy, or aborts a copy that has not
+/// started within its grace), so the controller's bound is a backstop for a shim that never
+/// did, not a race with the switch.
+pub const POST_COPY_BACKSTOP_S: u64 = 60;
+
+/// The controller's bound for a migration of `timeout_seconds`: see [`POST_COPY_BACKSTOP_S`].
+pub fn give_up_after(timeout_seconds: Option<u64>, allow_post_copy: bool) -> Option<u64> {
+    let backstop = if allow_post_copy {
+        POST_COPY_BACKSTOP_S
+    } else {
+        0
+    };
+    timeout_seconds.map(|t| t.saturating_add(backstop))
+}
+
 /// Whether `timeout_seconds` passed since `start_time` at `now`.
 pub fn timed_out(
     timeout_seconds: Option<u64>,

@@ -183,6 +183,14 @@ fn a_timeout_counts_from_the_start() {
 }
 
 #[test]
+fn with_post_copy_the_shim_acts_at_the_deadline_and_the_controller_later() {
+    assert_eq!(give_up_after(Some(3), false), Some(3));
+    assert_eq!(give_up_after(Some(3), true), Some(3 + POST_COPY_BACKSTOP_S));
+    assert_eq!(give_up_after(None, true), None);
+    assert_eq!(give_up_after(Some(u64::MAX), true), Some(u64::MAX));
+}
+
+#[test]
 fn progress_and_figures_come_from_the_recorded_job() {
     let mut j = shim_job(4, JobState::Running);
     j.stats = JobStats {
