@@ -45,23 +45,49 @@ pub fn parse(args: impl IntoIterator<Item = String>, known: &[&str]) -> Result<P
             "--help" | "-h" => return Ok(Parsed::Help),
             _ => {}
         }
-        let Some(flag) = a.strip_prefix("--") else {
-            return Err(FlagError::Unexpected(a));
-        };
-        let (k, v) = match flag.split_once('=') {
-            Some((k, v)) => (k.to_string(), v.to_string()),
-            None => (
-                flag.to_string(),
-                args.next()
-                    .ok_or_else(|| FlagError::NoValue(flag.to_string()))?,
-            ),
-        };
-        if !known.contains(&k.as_str()) {
-            return Err(FlagError::Unknown(k));
-        }
+        let (k, v) = next_pair(a, &mut args, known)?;
         given.insert(k, v);
     }
     Ok(Parsed::Run(Given(given)))
+}
+
+/// Read a subcommand's `args` as `(name, value)` pairs in their order, against `known`: the
+/// same syntax as [`parse`], without the environment, `--help` or `--version`.
+pub fn pairs(
+    args: impl IntoIterator<Item = String>,
+    known: &[&str],
+) -> Result<Vec<(String, String)>, FlagError> {
+    let mut out = vec![];
+    let mut args = args.into_iter();
+    while let Some(a) = args.next() {
+        out.push(next_pair(a, &mut args, known)?);
+    }
+    Ok(out)
+}
+
+/// The flag `a` and its value (after `=`, or the next word of `rest`).
+fn next_pair(
+    a: String,
+    rest: &mut impl Iterator<Item = String>,
+    known: &[&str],
+) -> Result<(String, String), FlagError> {
+    let Some(flag) = a.strip_prefix("--") else {
+        return Err(FlagError::Unexpected(a));
+    };
+    let (k, v) = match flag.split_once('=') {
+        Some((k, v)) => (k, Some(v.to_string())),
+        None => (flag, None),
+    };
+    if !known.contains(&k) {
+        return Err(FlagError::Unknown(k.to_string()));
+    }
+    let v = match v {
+        Some(v) => v,
+        None => rest
+            .next()
+            .ok_or_else(|| FlagError::NoValue(k.to_string()))?,
+    };
+    Ok((k.to_string(), v))
 }
 
 /// The environment variable that stands for flag `name`: `ROAM_` + upper case, `-` → `_`.
@@ -147,5 +173,25 @@ mod tests {
         ] {
             assert_eq!(parse(words(args), KNOWN).unwrap_err().to_string(), expect);
         }
+    }
+
+    #[test]
+    fn a_subcommands_pairs_keep_their_order_and_read_no_environment() {
+        assert_eq!(
+            pairs(words(&["--pki-dir", "/a", "--pki-dir=/b"]), KNOWN),
+            Ok(vec![
+                ("pki-dir".to_string(), "/a".to_string()),
+                ("pki-dir".to_string(), "/b".to_string())
+            ])
+        );
+        assert_eq!(pairs(words(&[]), KNOWN), Ok(vec![]));
+        assert_eq!(
+            pairs(words(&["--help"]), KNOWN),
+            Err(FlagError::Unknown("help".into()))
+        );
+        assert_eq!(
+            pairs(words(&["--pki-dir"]), KNOWN),
+            Err(FlagError::NoValue("pki-dir".into()))
+        );
     }
 }

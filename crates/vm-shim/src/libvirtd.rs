@@ -81,11 +81,20 @@ pub fn parse(args: &[String]) -> Result<Args, String> {
             Err(format!("{flag} {value}: give an absolute path"))
         }
     };
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let value = it
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value; usage: {USAGE}"))?;
+    let known = [
+        "listen",
+        "libvirtd",
+        "run-dir",
+        &launch::flag::DISK[2..],
+        &launch::flag::IMAGE_ROOT[2..],
+        &launch::flag::DISK_FORMAT[2..],
+        &launch::flag::DISK_ACCESS[2..],
+    ];
+    let given = roam_contract::flags::pairs(args.iter().cloned(), &known)
+        .map_err(|e| format!("{e}; usage: {USAGE}"))?;
+    for (name, value) in given {
+        let flag = format!("--{name}");
+        let value = &value;
         match flag.as_str() {
             "--listen" => {
                 let addr: SocketAddr = value.parse().map_err(|_| {
@@ -100,8 +109,8 @@ pub fn parse(args: &[String]) -> Result<Args, String> {
             }
             "--libvirtd" => libvirtd = value.into(),
             "--run-dir" => run_dir = value.into(),
-            launch::flag::DISK => image = Some(absolute(flag, value)?),
-            launch::flag::IMAGE_ROOT => root = Some(absolute(flag, value)?),
+            launch::flag::DISK => image = Some(absolute(&flag, value)?),
+            launch::flag::IMAGE_ROOT => root = Some(absolute(&flag, value)?),
             launch::flag::DISK_FORMAT => format = Some(value.clone()),
             launch::flag::DISK_ACCESS => {
                 read_only = Some(match value.as_str() {

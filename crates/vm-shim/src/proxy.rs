@@ -188,19 +188,18 @@ pub const USAGE: &str = "roam-shim proxy --listen IP:PORT --allowed-peers NODE[,
 /// Parse `roam-shim proxy`'s flags (pure).
 pub fn parse(args: &[String]) -> Result<Args, String> {
     let (mut listen, mut peers, mut pki, mut run) = (None, None, None, None);
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let value = it
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value; usage: {USAGE}"))?;
+    let known = ["listen", "allowed-peers", "pki-dir", "run-dir"];
+    let given = roam_contract::flags::pairs(args.iter().cloned(), &known)
+        .map_err(|e| format!("{e}; usage: {USAGE}"))?;
+    for (flag, value) in given {
         match flag.as_str() {
-            "--listen" => {
+            "listen" => {
                 listen =
                     Some(value.parse::<SocketAddr>().map_err(|_| {
                         format!("--listen {value:?}: give this node's IP and a port")
                     })?)
             }
-            "--allowed-peers" => {
+            "allowed-peers" => {
                 let list: Vec<String> = value
                     .split(',')
                     .map(str::trim)
@@ -215,9 +214,9 @@ pub fn parse(args: &[String]) -> Result<Args, String> {
                 }
                 peers = Some(list);
             }
-            "--pki-dir" => pki = Some(PathBuf::from(value)),
-            "--run-dir" => run = Some(PathBuf::from(value)),
-            _ => return Err(format!("unknown flag {flag}; usage: {USAGE}")),
+            "pki-dir" => pki = Some(PathBuf::from(value)),
+            "run-dir" => run = Some(PathBuf::from(value)),
+            other => return Err(format!("unknown flag --{other}; usage: {USAGE}")),
         }
     }
     let need = |what: &str| format!("{what} is required; usage: {USAGE}");
