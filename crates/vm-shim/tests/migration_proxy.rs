@@ -61,19 +61,37 @@ fn echo(path: PathBuf, tag: &'static [u8]) {
 async fn target(ca: &roam_pki::Ca, run: &Path, allowed: &[&str]) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
+    let sockets = Sockets::new(run);
+    echo(sockets.libvirtd(), b"libvirtd:");
+    echo(sockets.migration(), b"qemu:");
+    serve_as_node_b(ca, l, sockets, allowed);
+    addr
+}
+
+/// node-b's proxy on `l`, for good.
+fn serve_as_node_b(ca: &roam_pki::Ca, l: TcpListener, sockets: Sockets, allowed: &[&str]) {
     let id = node(ca, "node-b");
     let config: proxy::ServerConfigSource = Arc::new(move || {
         id.peer_server_config(&[proxy::ALPN_LIBVIRT, proxy::ALPN_MIGRATION])
             .map_err(|e| e.to_string())
     });
-    let sockets = Sockets::new(run);
-    echo(sockets.libvirtd(), b"libvirtd:");
-    echo(sockets.migration(), b"qemu:");
     let (_tx, rx) = tokio::sync::watch::channel(false);
     std::mem::forget(_tx);
     let allowed = Arc::new(allowed.iter().map(|s| s.to_string()).collect());
     tokio::spawn(proxy::serve(l, config, allowed, sockets, rx));
-    addr
+}
+
+/// node-a's source side of a migration to node-b's proxy at `addr`, its sockets in `run`.
+fn source_as_node_a(ca: &roam_pki::Ca, run: &Path, addr: SocketAddr) -> (Sockets, Outgoing) {
+    let sockets = Sockets::new(run);
+    let out = Outgoing::start(
+        &sockets,
+        addr,
+        "node-b",
+        node(ca, "node-a").client_config().unwrap(),
+    )
+    .unwrap();
+    (sockets, out)
 }
 
 /// Through `socket`: what comes back for `send`, or an empty answer when the proxy hung up.
@@ -97,14 +115,7 @@ async fn each_stream_reaches_the_socket_its_protocol_names() {
     let ca = roam_pki::Ca::generate(SystemTime::now(), DAY).unwrap();
     let (src, dst) = (dir("src"), dir("dst"));
     let addr = target(&ca, &dst, &["node-a", "node-b"]).await;
-    let sockets = Sockets::new(&src);
-    let _out = Outgoing::start(
-        &sockets,
-        addr,
-        "node-b",
-        node(&ca, "node-a").client_config().unwrap(),
-    )
-    .unwrap();
+    let (sockets, _out) = source_as_node_a(&ca, &src, addr);
     assert_eq!(
         through(&sockets.peer(), b"rpc", 12).await,
         b"libvirtd:rpc".to_vec()
@@ -235,14 +246,7 @@ async fn a_proxy_waits_for_its_port_and_says_when_it_listens() {
     drop(l);
     proxy::clear_listening(&target_sockets).unwrap();
     assert!(!target_sockets.listening().exists());
-    let sockets = Sockets::new(&src);
-    let _out = Outgoing::start(
-        &sockets,
-        addr,
-        "node-b",
-        node(&ca, "node-a").client_config().unwrap(),
-    )
-    .unwrap();
+    let (sockets, _out) = source_as_node_a(&ca, &src, addr);
     let answer = tokio::spawn({
         let peer = sockets.peer();
         async move { through(&peer, b"rpc", 12).await }
@@ -251,13 +255,6 @@ async fn a_proxy_waits_for_its_port_and_says_when_it_listens() {
     let l = proxy::bind_when_free(addr, Duration::from_secs(30))
         .await
         .unwrap();
-    let id = node(&ca, "node-b");
-    let config: proxy::ServerConfigSource = Arc::new(move || {
-        id.peer_server_config(&[proxy::ALPN_LIBVIRT, proxy::ALPN_MIGRATION])
-            .map_err(|e| e.to_string())
-    });
-    let (_tx, rx) = tokio::sync::watch::channel(false);
-    let allowed = Arc::new(vec!["node-a".to_string(), "node-b".to_string()]);
-    tokio::spawn(proxy::serve(l, config, allowed, target_sockets, rx));
+    serve_as_node_b(&ca, l, target_sockets, &["node-a", "node-b"]);
     assert_eq!(answer.await.unwrap(), b"libvirtd:rpc".to_vec());
 }
