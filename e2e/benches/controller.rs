@@ -25,8 +25,8 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
+use roam_api::{Address, AddressSpec, Network};
 use roam_e2e::{ControllerProcess, Lab, LabNetwork, percentile};
-use roam_migrator::api::{Address, AddressSpec, Network};
 use serde_json::json;
 
 const NS: &str = "h5-bench";
@@ -367,7 +367,7 @@ async fn bench(
                 u32::from(std::net::Ipv4Addr::new(100, 143, 0, 10)) + i as u32,
             );
             let mut a = Address::new(
-                &roam_migrator::api::address_name(RSS_NET, ip),
+                &roam_api::address_name(RSS_NET, ip),
                 AddressSpec {
                     network: RSS_NET.into(),
                     ip: ip.to_string(),

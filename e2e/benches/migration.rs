@@ -41,8 +41,8 @@ use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use migration_fixture::*;
+use roam_api::{VirtualMachine, VirtualMachineMigration};
 use roam_e2e::{Lab, Pinger, wait_until};
-use roam_migrator::api::{VirtualMachine, VirtualMachineMigration};
 use serde_json::{Value, json};
 
 /// What a capture saw: the client's ICMP echo request or the guest's reply on the VM's tap
@@ -643,10 +643,10 @@ fn main() {
     // of its resume on the target and the pings at the target, plus a warm QEMU's answer
     // time, over the pause (QEMU's stop → resume). 1.0x: the network added nothing to it.
     let mut over_pause = vec![];
-    let domain = roam_migrator::core::launcher::domain_name(NS, VM);
+    let domain = roam_core::launcher::domain_name(NS, VM);
     let capture = Capture::start(
         &lab,
-        &roam_migrator::core::vm::tap_name(&format!("{NS}/{VM}")),
+        &roam_core::vm::tap_name(&format!("{NS}/{VM}")),
         &domain,
         &b.cli_ns.name,
     );

@@ -91,7 +91,7 @@ impl KubeFixture {
         let rt = tokio::runtime::Runtime::new().expect("tokio");
         rt.block_on(async {
             let client = lab.kube_client().await;
-            let addrs: kube::Api<roam_migrator::api::Address> = kube::Api::all(client);
+            let addrs: kube::Api<roam_api::Address> = kube::Api::all(client);
             for n in &self.networks {
                 let _ = try_kubectl(lab, &["delete", "network", n, "--ignore-not-found"]);
                 let _ = addrs
@@ -1382,7 +1382,7 @@ fn controller_runs_under_its_least_privilege_service_account() {
     // each node's own directory (the launcher pods create it)
     let vm_logs = "/var/log/roam/r5-rbac-vms";
     // the VM and its pods go with the namespace; its leftovers on the nodes go here
-    let tap = roam_migrator::core::vm::tap_name(&format!("{ns}/vm1"));
+    let tap = roam_core::vm::tap_name(&format!("{ns}/vm1"));
     let _vm = VmCleanup::new(&lab)
         .kubectl(&[
             "-n",

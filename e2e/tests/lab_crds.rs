@@ -8,8 +8,8 @@ use std::time::Duration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
+use roam_api::{Address, AddressSpec, Network, NetworkSpec, address_name, crds};
 use roam_e2e::{Lab, run};
-use roam_migrator::api::{Address, AddressSpec, Network, NetworkSpec, address_name, crds};
 
 #[tokio::test]
 async fn crds_install_and_the_address_name_locks_the_ip() {

@@ -930,7 +930,7 @@ fn proxy_takes_only_roam_certificates(lab: &Lab, status: &serde_json::Value) {
     let node = status["node"].as_str().unwrap();
     let ip = lab.node(node).ip;
     let shim_port = status["shimPort"].as_u64().expect("the shim's port") as u16;
-    let port = roam_migrator::core::launcher::libvirt_port((17100, 17199), shim_port)
+    let port = roam_core::launcher::libvirt_port((17100, 17199), shim_port)
         .expect("the launcher's libvirt port");
     let target: std::net::SocketAddr = format!("{ip}:{port}").parse().unwrap();
     let virsh = |uri: &str| {

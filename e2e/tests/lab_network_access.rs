@@ -152,7 +152,7 @@ fn running(lab: &Lab, name: &str) -> (String, String) {
 #[test]
 fn a_tenant_attaches_only_where_a_network_admits_its_namespace_and_class() {
     let lab = Lab::get();
-    let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/n1"));
+    let tap = roam_core::vm::tap_name(&format!("{NS}/n1"));
     let _cleanup = VmCleanup::new(&lab)
         .namespace(NS)
         .network(OTHER_NET)

@@ -92,7 +92,7 @@ fn vms_go_where_the_schedulers_constraints_allow() {
     for name in [
         "p9vm1", "p9vm2", "p9vm3", "p9vm4", "p9vm5", "p9vm6", "p9vm7",
     ] {
-        let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/{name}"));
+        let tap = roam_core::vm::tap_name(&format!("{NS}/{name}"));
         cleanup = cleanup.vm(&format!("{NS}_{name}"), &[&tap]);
     }
     let _cleanup = cleanup.cleaned();
@@ -335,7 +335,7 @@ fn vm_removed_without_its_teardown_leaves_nothing(
     );
     stopped.start();
     let domain = format!("{NS}_{name}");
-    let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/{name}"));
+    let tap = roam_core::vm::tap_name(&format!("{NS}/{name}"));
     let nd = lab.node(node);
     roam_e2e::wait_until_else(
         LONG,
@@ -430,7 +430,7 @@ fn deleted_vms_leave_nothing_on_any_node(lab: &Lab, ctl: &Installed, names: &[&s
     for n in names {
         let domain = format!("{NS}_{n}");
         assert!(!qemu_of(&domain), "QEMU of {domain} still runs");
-        let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/{n}"));
+        let tap = roam_core::vm::tap_name(&format!("{NS}/{n}"));
         for node in lab.nodes() {
             let nd = lab.node(&node);
             assert!(
@@ -461,7 +461,7 @@ fn deleted_vms_leave_nothing_on_any_node(lab: &Lab, ctl: &Installed, names: &[&s
     )
     .expect("the Events");
     for n in &running {
-        let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/{n}"));
+        let tap = roam_core::vm::tap_name(&format!("{NS}/{n}"));
         assert!(
             es_core(&events, n, &tap),
             "{n}: no TornDown Event naming its domain and tap {tap}: {events}\n{}",

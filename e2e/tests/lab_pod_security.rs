@@ -57,7 +57,7 @@ fn can_use(lab: &Lab, who: &str, policy: &str, ns: &str) -> String {
 #[test]
 fn an_edit_tenant_gets_only_restricted_pods_and_its_vm_runs() {
     let lab = Lab::get();
-    let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/v1"));
+    let tap = roam_core::vm::tap_name(&format!("{NS}/v1"));
     let _cleanup = VmCleanup::new(&lab)
         .namespace(NS)
         .network(NET)
@@ -179,7 +179,7 @@ fn an_edit_tenant_gets_only_restricted_pods_and_its_vm_runs() {
         pod["metadata"],
         ctl.log_tail(30)
     );
-    let runner = roam_migrator::core::launcher::runner_name(NS, &launcher);
+    let runner = roam_core::launcher::runner_name(NS, &launcher);
     let r = get(&lab, &["-n", "roam-system", "get", "pod", &runner]).expect("v1's runner");
     assert_eq!(
         r["metadata"]["annotations"][PSP_ANNOTATION], "roam-privileged",

@@ -80,7 +80,7 @@ fn qemu_pid(name: &str) -> Option<u32> {
 #[test]
 fn a_namespaces_quota_bounds_its_vms() {
     let lab = Lab::get();
-    let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/q1"));
+    let tap = roam_core::vm::tap_name(&format!("{NS}/q1"));
     let _cleanup = VmCleanup::new(&lab)
         .namespace(NS)
         .network(NET)

@@ -51,7 +51,7 @@ fn vm(name: &str, kernel: &str, initrd: &str) -> Value {
 #[test]
 fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
     let lab = Lab::get();
-    let tap = |n: &str| roam_migrator::core::vm::tap_name(&format!("{NS}/{n}"));
+    let tap = |n: &str| roam_core::vm::tap_name(&format!("{NS}/{n}"));
     let _cleanup = VmCleanup::new(&lab)
         .namespace(NS)
         .network(NET)
@@ -173,7 +173,7 @@ fn a_tenant_with_edit_runs_migrates_and_deletes_vms_and_reaches_nothing_else() {
     );
     assert_eq!(field("NoNewPrivs:").as_deref(), Some("1"), "{out}");
     // the runner that runs the VM: in roam-system, out of reach
-    let runner = roam_migrator::core::launcher::runner_name(NS, &launcher);
+    let runner = roam_core::launcher::runner_name(NS, &launcher);
     get(&lab, &["-n", "roam-system", "get", "pod", &runner]).expect("t1's runner");
     for args in [
         &["-n", "roam-system", "exec", runner.as_str(), "--", "id"][..],
@@ -333,8 +333,8 @@ fn the_launcher_holds_no_token(tenant: &Tenant, launcher: &str) {
 fn nothing_answers_in_clear(lab: &Lab, tenant: &Tenant, t1: &Value) {
     let node = lab.node(t1["node"].as_str().expect("t1's node"));
     let shim_port = t1["shimPort"].as_u64().expect("t1's shim port") as u16;
-    let proxy_port = roam_migrator::core::launcher::libvirt_port((17100, 17199), shim_port)
-        .expect("t1's libvirt port");
+    let proxy_port =
+        roam_core::launcher::libvirt_port((17100, 17199), shim_port).expect("t1's libvirt port");
     let central = |v: &str| v.trim_start_matches("ssl:").to_string();
     let endpoints = [
         ("t1's node API", format!("{} {shim_port}", node.ip)),
@@ -452,7 +452,7 @@ fn nothing_is_adopted_by_name(lab: &Lab, tenant: &Tenant, kernel: &str, initrd: 
         "{msg}"
     );
     roam_e2e::wait_for_event(lab, LONG, NS, "LauncherInTheWay", "t3");
-    let runner = roam_migrator::core::launcher::runner_name(NS, "t3-launcher");
+    let runner = roam_core::launcher::runner_name(NS, "t3-launcher");
     assert!(
         get(lab, &["-n", "roam-system", "get", "pod", &runner]).is_none(),
         "no runner for a pod roam did not make"
@@ -478,7 +478,7 @@ fn nothing_is_adopted_by_name(lab: &Lab, tenant: &Tenant, kernel: &str, initrd: 
 fn strip_the_launcher_then_delete(lab: &Lab, tenant: &Tenant) {
     let st = get(lab, &["-n", NS, "get", "vm", "t3"]).expect("t3")["status"].clone();
     let launcher = st["pod"].as_str().expect("t3's launcher").to_string();
-    let runner = roam_migrator::core::launcher::runner_name(NS, &launcher);
+    let runner = roam_core::launcher::runner_name(NS, &launcher);
     for args in [
         &[
             "-n",

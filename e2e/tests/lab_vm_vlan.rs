@@ -85,9 +85,7 @@ fn objects(lab: &Lab) -> VmCleanup {
     for name in [VM1, VM2] {
         // a launcher killed without its shim's shutdown leaves taps and OVS ports
         let key = format!("{NS}/{name}");
-        let taps: Vec<String> = (0..2)
-            .map(|i| roam_migrator::core::vm::nic_tap(&key, i))
-            .collect();
+        let taps: Vec<String> = (0..2).map(|i| roam_core::vm::nic_tap(&key, i)).collect();
         let taps: Vec<&str> = taps.iter().map(String::as_str).collect();
         guard = guard.vm(&format!("{NS}_{name}"), &taps);
     }

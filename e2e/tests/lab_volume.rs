@@ -238,7 +238,7 @@ fn a_vm_boots_from_its_namespaces_volume_and_only_from_inside_it() {
         "p10vm1", "p10vm2", "p10vm3", "p10vm4", "p10vm5", "p10vm6", "p10vm7", "p10vm8", "p10vm9",
         "p10vm10",
     ] {
-        let tap = roam_migrator::core::vm::tap_name(&format!("{NS}/{name}"));
+        let tap = roam_core::vm::tap_name(&format!("{NS}/{name}"));
         cleanup = cleanup.vm(&format!("{NS}_{name}"), &[&tap]);
     }
     let _cleanup = cleanup.cleaned();
@@ -336,7 +336,7 @@ fn a_vm_boots_from_its_namespaces_volume_and_only_from_inside_it() {
     // and the rest of the volume is not where QEMU runs
     let volume_in_qemus_view = format!(
         "/proc/{qemu}/root{}/disk.img",
-        roam_migrator::core::launcher::VOLUME_DIR
+        roam_core::launcher::VOLUME_DIR
     );
     assert!(
         !std::path::Path::new(&volume_in_qemus_view).exists(),

@@ -16,13 +16,13 @@ use std::path::Path;
 use std::str::FromStr;
 use std::sync::OnceLock;
 
+use roam_api::{MigrateTo, MigrateToError, NetworkMode, NetworkSpec};
 use roam_cni::check::{Observed, ObservedAddr, ObservedLink, ObservedPort, ObservedRoute};
 use roam_cni::config::{AttachmentKey, Command};
 use roam_cni::result::{CniResult, SCOPE_LINK};
 use roam_contract::annotation::{self, Mode};
+use roam_core::network as net;
 use roam_dhcp_opts::{DhcpOptionsRow, Lease, MacAddr, rfc3442};
-use roam_migrator::api::{MigrateTo, MigrateToError, NetworkMode, NetworkSpec};
-use roam_migrator::core::network as net;
 use roam_ovsdb::schema::ColumnType;
 use roam_ovsdb::{Atom, DatabaseSchema, Datum, Framer, RowUpdate2, TableRow, Uuid};
 use roam_shim_api::api;
@@ -796,14 +796,14 @@ pub fn annotation_addresses(data: &[u8]) {
 }
 
 /// `migrate_to`: the `roam.dev/migrate-to` annotation on a VM
-/// ([`roam_migrator::api::parse_migrate_to`]).
+/// ([`roam_api::parse_migrate_to`]).
 ///
 /// Invariants: blank is [`MigrateToError::Empty`]; `auto` (trimmed) is [`MigrateTo::Auto`];
 /// an accepted node name is the trimmed value, a lowercase RFC 1123 subdomain of at most
 /// 253 bytes, and parses to itself.
 pub fn migrate_to(data: &[u8]) {
     let Some(s) = text(data) else { return };
-    let parsed = roam_migrator::api::parse_migrate_to(s);
+    let parsed = roam_api::parse_migrate_to(s);
     let t = s.trim();
     match &parsed {
         Err(MigrateToError::Empty) => assert!(t.is_empty()),
@@ -822,7 +822,7 @@ pub fn migrate_to(data: &[u8]) {
                     && l.bytes()
                         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             }));
-            assert_eq!(roam_migrator::api::parse_migrate_to(n), parsed);
+            assert_eq!(roam_api::parse_migrate_to(n), parsed);
         }
     }
 }
@@ -1298,16 +1298,16 @@ pub fn disk_image(data: &[u8]) {
 
 /// `vm_spec`: a VirtualMachine or VirtualMachineMigration as a tenant writes it (JSON), its
 /// spec checked as the controller checks it before creating anything
-/// ([`roam_migrator::core::vm::validate::problems`], [`roam_migrator::core::migration::validate::accept`]).
+/// ([`roam_core::vm::validate::problems`], [`roam_core::migration::validate::accept`]).
 ///
 /// Invariants: an answer for any object; a VM spec with no problem has a CPU count and
 /// memory within the shim's bounds and boot paths that are absolute and plain (under the
 /// image store); a migration that is accepted names a target other than the VM's node.
 pub fn vm_spec(data: &[u8]) {
-    use roam_migrator::api::{VirtualMachine, VirtualMachineMigration};
+    use roam_api::{VirtualMachine, VirtualMachineMigration};
     let Some(s) = text(data) else { return };
     if let Ok(vm) = serde_json::from_str::<VirtualMachine>(s) {
-        let problems = roam_migrator::core::vm::validate::problems(
+        let problems = roam_core::vm::validate::problems(
             "ns",
             vm.metadata.name.as_deref().unwrap_or("vm"),
             &vm.spec,
@@ -1342,8 +1342,7 @@ pub fn vm_spec(data: &[u8]) {
         }))
         .expect("a VM");
         let mut st = Default::default();
-        if let Ok(target) = roam_migrator::core::migration::validate::accept(&m, Some(&vm), &mut st)
-        {
+        if let Ok(target) = roam_core::migration::validate::accept(&m, Some(&vm), &mut st) {
             assert_ne!(target, "node-a");
         }
     }

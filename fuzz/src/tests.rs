@@ -300,11 +300,11 @@ fn seeds_reach_the_checks() {
     roam_dhcp_opts::rfc3442::decode(&seed("dhcp_rfc3442", "mixed.bin")).unwrap();
     for name in ["overlay_lines.txt", "underlay_lines.txt", "small_lines.txt"] {
         let spec = super::spec_of_lines(&seed_text("net_parsers", name));
-        roam_migrator::core::network::validate_network("n", &spec).unwrap();
+        roam_core::network::validate_network("n", &spec).unwrap();
     }
     for name in ["spec.json", "overlay_spec.json"] {
         let spec = serde_json::from_slice(&seed("net_parsers", name)).unwrap();
-        roam_migrator::core::network::validate_network("n", &spec).unwrap();
+        roam_core::network::validate_network("n", &spec).unwrap();
     }
     for name in ["monitor_reply_rfc.json", "nat_qos.json"] {
         let v = serde_json::from_slice(&seed("ovsdb_monitor_update", name)).unwrap();
@@ -338,17 +338,13 @@ fn seeds_reach_the_checks() {
     ));
     // the VM seeds pass the controller's checks; the migration seed is accepted
     for name in ["vm.json", "volume.json"] {
-        let vm: roam_migrator::api::VirtualMachine =
+        let vm: roam_api::VirtualMachine =
             serde_json::from_str(&seed_text("vm_spec", name)).unwrap();
-        let problems = roam_migrator::core::vm::validate::problems(
-            "ns",
-            "vm",
-            &vm.spec,
-            Some("/var/lib/roam/images"),
-        );
+        let problems =
+            roam_core::vm::validate::problems("ns", "vm", &vm.spec, Some("/var/lib/roam/images"));
         assert_eq!(problems, Vec::<String>::new(), "{name}");
     }
-    let m: roam_migrator::api::VirtualMachineMigration =
+    let m: roam_api::VirtualMachineMigration =
         serde_json::from_str(&seed_text("vm_spec", "vmim.json")).unwrap();
     assert_eq!(m.spec.target_node.as_deref(), Some("node-b"));
     // the node-a request passes the review as node-a's

@@ -1,7 +1,8 @@
 //! The contract between roam's controller, CNI plugin and shim: the keys they agree on
 //! ([`keys`]), the pod annotations they exchange ([`annotation`]), the QoS classes an
-//! interface may ask for ([`qos`]) and the MAC an address gets ([`mac_for_ip`]); and how
-//! roam's daemons read their flags ([`flags`]). Plain data, no I/O.
+//! interface may ask for ([`qos`]) and the MAC an address gets ([`mac_for_ip`]); how
+//! roam's daemons read their flags ([`flags`]); the digest of a VM's API token ([`token`]).
+//! Plain data, no I/O.
 #![warn(missing_docs)]
 
 use std::net::Ipv4Addr;
@@ -13,6 +14,13 @@ pub mod flags;
 pub mod keys;
 pub mod owner;
 pub mod qos;
+pub mod token;
+
+/// roam-shim's exit status when it refused its configuration (a bad flag, a boot file that
+/// is not there, a corrupt state file) before it touched anything: no tap, no OVS port, no
+/// domain (sysexits' `EX_CONFIG`). Any other failure exits 1. The controller reads it from a
+/// launcher's last exit.
+pub const EXIT_REFUSED_CONFIG: i32 = 78;
 
 /// A locally administered, unicast MAC derived from the IP (`0a:58:` + the IP's octets, as
 /// OVN-Kubernetes does): unique within a network because IPs are, and stable, so an address

@@ -1,7 +1,7 @@
 //! The pure parts of the `kubectl roam` plugin: argument parsing and the progress line.
 
-use crate::api::{MigrateTo, VirtualMachineMigrationStatus, parse_migrate_to};
-use crate::core::migration::Phase;
+use roam_api::{MigrateTo, VirtualMachineMigrationStatus, parse_migrate_to};
+use roam_core::migration::Phase;
 
 pub use roam_contract::keys::VM_LABEL;
 
@@ -119,7 +119,7 @@ pub fn progress_line(status: &VirtualMachineMigrationStatus, width: usize) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Progress;
+    use roam_api::Progress;
 
     fn args(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()

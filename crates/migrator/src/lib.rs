@@ -1,12 +1,12 @@
-//! roam-controller's library: the `roam.dev/v1alpha1` API types ([`api`]), the pure
-//! decisions ([`core`]: addresses, Networks, VMs, launcher pods, the migration state
-//! machine) and the controllers that carry them out ([`controller`]: I/O only).
+//! roam-controller's library, the top layer of the controller: the controllers that carry
+//! out [`roam_core`]'s decisions over [`roam_api`]'s objects ([`controller`]: watches, the
+//! observe step, the writers), the launcher and runner pods they create ([`launcher`], pure
+//! builders) and the command lines of the binaries ([`cli`]).
 #![warn(missing_docs)]
 
-pub mod api;
 pub mod cli;
-pub mod core;
 mod error;
+pub mod launcher;
 
 pub use error::{Error, Result};
 pub mod controller;

@@ -67,7 +67,7 @@ struct Flags {
     node_pki_dir: Option<String>,
     image_root: Option<String>,
     cpu_allocation_ratio: u32,
-    runners: Option<roam_migrator::core::launcher::RunnerConfig>,
+    runners: Option<roam_migrator::launcher::RunnerConfig>,
     pki: Option<controller::certs::PkiConfig>,
 }
 
@@ -180,7 +180,7 @@ fn parse() -> anyhow::Result<Flags> {
         cpu_allocation_ratio: {
             let r = num(
                 "cpu-allocation-ratio",
-                roam_migrator::core::placement::DEFAULT_CPU_ALLOCATION_RATIO.into(),
+                roam_core::placement::DEFAULT_CPU_ALLOCATION_RATIO.into(),
             )?;
             anyhow::ensure!(
                 (1..=100).contains(&r),
@@ -197,7 +197,7 @@ fn parse() -> anyhow::Result<Flags> {
                     kubelet_root.starts_with('/'),
                     "--kubelet-root-dir {kubelet_root:?}: give the kubelet's absolute --root-dir"
                 );
-                Some(roam_migrator::core::launcher::RunnerConfig {
+                Some(roam_migrator::launcher::RunnerConfig {
                     namespace: ns,
                     kubelet_root: kubelet_root.trim_end_matches('/').to_string(),
                 })
@@ -218,7 +218,7 @@ fn parse() -> anyhow::Result<Flags> {
                 .with_context(|| format!("--shim-ports {v:?}: expected LO-HI, e.g. 17100-17199"))?;
             // the launchers' libvirtds take the block after
             anyhow::ensure!(
-                roam_migrator::core::launcher::libvirt_port(r, r.1).is_some(),
+                roam_migrator::launcher::libvirt_port(r, r.1).is_some(),
                 "--shim-ports {v}: the launchers' libvirt ports (the next {} ports) pass 65535; lower the range",
                 r.1 - r.0 + 1
             );
@@ -409,7 +409,7 @@ async fn main() -> anyhow::Result<()> {
         sweep_period: Duration::from_millis(flags.sweep_period_ms),
         identity: flags.identity.clone(),
         secret_namespace: flags.lease_namespace.clone(),
-        vm: roam_migrator::core::launcher::VmConfig {
+        vm: roam_migrator::launcher::VmConfig {
             launcher_image: flags.launcher_image.clone(),
             shim_ports: flags.shim_ports,
             peer_libvirt_uri: flags.peer_libvirt_uri.clone(),

@@ -17,31 +17,47 @@
 //! - [`nb`], [`vswitch`]: typed rows ([`TableRow`]) for the tables roam uses, read with
 //!   [`select_all`].
 //! - [`ops`]: builders for transaction operations.
+
+//!
+//! Without its default feature `client` the crate is the data model alone (atoms, rows,
+//! schema, operation builders, framing): no tokio, no socket, for the pure planners
+//! (`roam-network`'s topology, `roam-core`) that build transactions without sending them.
 #![warn(missing_docs)]
 
 pub mod atom;
+#[cfg(feature = "client")]
 mod client;
+#[cfg(feature = "client")]
 mod connection;
 mod error;
 mod framing;
+#[cfg(feature = "client")]
 mod monitor;
 pub mod nb;
 pub mod ops;
+#[cfg(feature = "client")]
 mod reconnect;
 mod row;
 pub mod schema;
+#[cfg(feature = "client")]
 mod tls;
 pub mod vswitch;
 
 pub use atom::{Atom, Datum, NamedUuid, OvsMap, OvsSet, Uuid};
+#[cfg(feature = "client")]
 pub use client::{Client, ClientOptions, Endpoint};
 pub use error::{Error, Result};
 pub use framing::Framer;
+#[cfg(feature = "client")]
 pub use monitor::{
     Monitor, MonitorEvent, MonitorMethod, MonitorRequest, MonitorSelect, Row, RowUpdate,
     RowUpdate2, TableUpdates, TableUpdates2, parse_table_updates, parse_table_updates2,
 };
+#[cfg(feature = "client")]
 pub use reconnect::{ReconnectOptions, ReconnectingClient};
-pub use row::{TableRow, decode_row, decode_select, insert_op, row_json, select_all, select_where};
+pub use row::{TableRow, decode_row, decode_select, insert_op, row_json};
+#[cfg(feature = "client")]
+pub use row::{select_all, select_where};
 pub use schema::DatabaseSchema;
+#[cfg(feature = "client")]
 pub use tls::{TlsFiles, TlsSettings};

@@ -11,8 +11,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::atom::Uuid;
+#[cfg(feature = "client")]
 use super::client::Client;
-use super::monitor::Row;
 use super::ops;
 use crate::{Error, Result};
 
@@ -29,11 +29,13 @@ pub trait TableRow: DeserializeOwned + Serialize {
 }
 
 /// Every row of `T`'s table (only `T`'s columns are fetched).
+#[cfg(feature = "client")]
 pub async fn select_all<T: TableRow>(client: &Client) -> Result<Vec<T>> {
     select_where(client, vec![]).await
 }
 
 /// The rows of `T`'s table matching all `conditions` (see [`ops::cond`]).
+#[cfg(feature = "client")]
 pub async fn select_where<T: TableRow>(client: &Client, conditions: Vec<Value>) -> Result<Vec<T>> {
     let mut columns = vec!["_uuid"];
     columns.extend_from_slice(T::COLUMNS);
@@ -73,7 +75,11 @@ pub fn decode_select<T: TableRow>(result: &Value) -> Result<Vec<T>> {
 
 /// Decode a row of `table` identified by `uuid` (as in monitor updates, whose rows do not
 /// carry `_uuid`) into `T`.
-pub fn decode_row<T: DeserializeOwned>(table: &str, uuid: &Uuid, row: &Row) -> Result<T> {
+pub fn decode_row<T: DeserializeOwned>(
+    table: &str,
+    uuid: &Uuid,
+    row: &serde_json::Map<String, Value>,
+) -> Result<T> {
     let mut row = row.clone();
     row.insert("_uuid".into(), uuid.to_json());
     serde_json::from_value(Value::Object(row)).map_err(|e| Error::Decode {

@@ -156,10 +156,7 @@ pub const NODE_LIBVIRT_URI: &str = "qemu:///system";
 /// `/run/openvswitch`) reaches it.
 pub const NODE_OVS_DB_SOCKET: &str = "/run/openvswitch/db.sock";
 
-/// roam-shim's exit status when it refused its configuration (a bad flag, a boot file that
-/// is not there, a corrupt state file) before it touched anything: no tap, no OVS port, no
-/// domain (sysexits' `EX_CONFIG`). Any other failure exits 1.
-pub const EXIT_REFUSED_CONFIG: i32 = 78;
+pub use roam_contract::EXIT_REFUSED_CONFIG;
 
 /// What the shim does at start when its domain does not run on this node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

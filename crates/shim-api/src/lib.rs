@@ -17,13 +17,17 @@
 #![warn(missing_docs)]
 
 pub mod api;
+#[cfg(feature = "http")]
 pub mod client;
 mod error;
 pub mod events;
 pub mod launch;
 pub mod limits;
+#[cfg(feature = "http")]
 pub mod serve;
+#[cfg(feature = "http")]
 pub mod tls;
-pub mod token;
+/// The token digest lives in `roam-contract` (the controller's pure core names runners by it).
+pub use roam_contract::token;
 
 pub use error::{Error, Result};

@@ -87,7 +87,7 @@ pub struct Fixture {
 impl Fixture {
     pub fn new(lab: &Lab, n: &Names) -> Fixture {
         // a launcher killed without its shim's shutdown leaves the tap and its OVS port
-        let tap = roam_migrator::core::vm::tap_name(&format!("{}/{}", n.ns, n.vm));
+        let tap = roam_core::vm::tap_name(&format!("{}/{}", n.ns, n.vm));
         let cleanup = VmCleanup::new(lab)
             .namespace(n.ns)
             .network(n.net)

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
-use roam_migrator::api::{MIGRATE_TO, MigrateTo, VirtualMachine, VirtualMachineMigration};
+use roam_api::{MIGRATE_TO, MigrateTo, VirtualMachine, VirtualMachineMigration};
 use roam_migrator::cli::{Command, USAGE, VM_LABEL, parse, progress_line};
 
 #[tokio::main(flavor = "current_thread")]
@@ -98,7 +98,7 @@ async fn main() -> anyhow::Result<()> {
                     if tty {
                         println!();
                     }
-                    if status.phase == roam_migrator::core::migration::Phase::Succeeded {
+                    if status.phase == roam_core::migration::Phase::Succeeded {
                         return Ok(());
                     }
                     std::process::exit(1);

@@ -24,8 +24,8 @@ use tokio::sync::Notify;
 use tower_test::mock;
 
 use super::{Config, Context};
-use crate::api::{Address, Network};
-use crate::core::network::validate_network;
+use roam_api::{Address, Network};
+use roam_core::network::validate_network;
 
 /// The NB endpoint of a test [`Context`]: the OVN syncer plans and writes nothing (see
 /// `ovn::sync`); the NB client itself points at a socket that does not exist.
@@ -495,7 +495,7 @@ pub(super) fn config() -> Config {
         identity: "test".into(),
         event_namespace: "roam-system".into(),
         secret_namespace: "roam-system".into(),
-        vm: crate::core::launcher::VmConfig {
+        vm: crate::launcher::VmConfig {
             launcher_image: "roam-shim:test".into(),
             shim_ports: (17100, 17199),
             peer_libvirt_uri: "qemu+tcp://{ip}:{port}/system".into(),
@@ -503,7 +503,7 @@ pub(super) fn config() -> Config {
             priority_class: None,
             node_pki_dir: None,
             image_root: None,
-            cpu_allocation_ratio: crate::core::placement::DEFAULT_CPU_ALLOCATION_RATIO,
+            cpu_allocation_ratio: roam_core::placement::DEFAULT_CPU_ALLOCATION_RATIO,
             runners: None,
         },
         pki: None,

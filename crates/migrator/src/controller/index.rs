@@ -7,8 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crate::api::{Address, Network, TransitAddress};
-use crate::core::network::NetworkPlan;
+use roam_api::{Address, Network, TransitAddress};
+use roam_core::network::NetworkPlan;
 
 /// A routed Address (a pod's overlay /32) whose host moved while it stayed live: its /32
 /// must follow (route flip).
@@ -54,10 +54,10 @@ fn rv(a: &Address) -> Option<u64> {
 }
 
 fn moved(old: &Address, new: &Address) -> Option<Moved> {
-    let live = |a: &Address| crate::core::claim::is_live(&a.spec);
+    let live = |a: &Address| roam_core::claim::is_live(&a.spec);
     // only a per-node port's /32 follows its host; a VLAN port and a VM's mobile port keep
     // their routes wherever they are bound
-    let routed = new.spec.vlan.is_none() && !crate::core::claim::is_vm_address(&new.spec);
+    let routed = new.spec.vlan.is_none() && !roam_core::claim::is_vm_address(&new.spec);
     if routed && live(old) && live(new) && old.spec.host != new.spec.host {
         Some(Moved {
             network: new.spec.network.clone(),
@@ -234,7 +234,7 @@ impl Index {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::AddressSpec;
+    use roam_api::AddressSpec;
 
     fn a(name: &str, rv: u64, host: &str, reserved: bool) -> Address {
         let mut a = Address::new(

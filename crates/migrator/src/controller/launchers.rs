@@ -1,5 +1,5 @@
 //! A VM's launcher as the VM and migration controllers see it (thin I/O around
-//! [`crate::core::launcher`]): its pod in the VM's namespace and, with runners
+//! [`roam_core::launcher`]): its pod in the VM's namespace and, with runners
 //! (`--runner-namespace`), the runner in roam's namespace that runs the VM. Without runners
 //! every function here is the pod alone, with no request more.
 //!
@@ -20,12 +20,12 @@ use kube::{Api, ResourceExt};
 
 use super::Context;
 use super::retry::{Retry, object_key};
-use crate::api::{Boot, VirtualMachine};
-use crate::core::launcher::{
+use crate::error::{Error, Result};
+use crate::launcher::{
     LAUNCHER_LABEL, LauncherSpec, RUNNER_LABEL, RUNNER_VM_ANNOTATION, RUNNER_VM_LABEL,
     claim_host_dir, launcher_view, pod_running, runner_name, runner_of, runner_pod, vm_key,
 };
-use crate::error::{Error, Result};
+use roam_api::{Boot, VirtualMachine};
 
 fn runners_api(ctx: &Context) -> Option<Api<Pod>> {
     let r = ctx.config.vm.runners.as_ref()?;
@@ -179,10 +179,7 @@ async fn volume_dir(
         launcher.metadata.uid.as_deref().unwrap_or_default(),
         &pv,
     )
-    .map_err(|problem| Error::InvalidVm {
-        vm: vm_key(vm),
-        problem,
-    })
+    .map_err(|problem| Error::invalid_vm(vm_key(vm), problem))
 }
 
 async fn delete_named(api: &Api<Pod>, name: &str) -> Result<()> {

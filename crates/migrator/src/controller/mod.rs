@@ -13,7 +13,7 @@
 //! - the VM controller ([`vms`]) gives a VirtualMachine its Addresses and OVN ports, then its
 //!   launcher pod, and reports the VM's phase;
 //! - the migration controller ([`migrations`]) drives a VirtualMachineMigration through
-//!   [`crate::core::migration::step`];
+//!   [`roam_core::migration::step`];
 //! - the node-certificate signer ([`certs`], with `--pki-namespace`) keeps the roam CA and
 //!   signs the certificates nodes ask for with their own credential.
 //!
@@ -49,10 +49,10 @@ use kube::{Resource, ResourceExt};
 use roam_ovsdb::ReconnectingClient;
 use tokio::sync::{Notify, mpsc};
 
-use crate::api::Address;
 use index::{Index, Moved};
 use metrics::Metrics;
 pub(crate) use ovn::Tentative;
+use roam_api::Address;
 
 pub use roam_contract::keys::{ERROR_ANNOTATION, NETWORK_LABEL, POD_ANNOTATION};
 
@@ -89,13 +89,13 @@ pub struct Config {
     /// This instance's identity (Events' reporting instance).
     pub identity: String,
     /// Where Events about cluster-scoped objects (Networks, Addresses without a pod) are
-    /// stored; an Address's Event goes to its pod's namespace (see [`crate::core::event`]).
+    /// stored; an Address's Event goes to its pod's namespace (see [`roam_core::event`]).
     pub event_namespace: String,
     /// Where the VMs' shim token Secrets live: roam-controller's own namespace (the lease
     /// namespace, `roam-system` when installed), never the VMs'.
     pub secret_namespace: String,
     /// Launcher pods (VM controller).
-    pub vm: crate::core::launcher::VmConfig,
+    pub vm: crate::launcher::VmConfig,
     /// The node-certificate signer and the roam CA, when this controller is roam's signer.
     pub pki: Option<certs::PkiConfig>,
 }
@@ -247,11 +247,11 @@ impl Context {
 
     /// The names of the Networks of `plans` that admit namespace `ns` (its labels read only
     /// when a Network's selector decides): an interface that names no Network picks among
-    /// these ([`crate::core::claim::resolve_for`]).
+    /// these ([`roam_core::claim::resolve_for`]).
     pub(crate) async fn admitting(
         &self,
         ns: &str,
-        plans: &[crate::core::network::NetworkPlan],
+        plans: &[roam_core::network::NetworkPlan],
     ) -> crate::Result<std::collections::BTreeSet<String>> {
         let labels = if plans.iter().any(|p| p.access.needs_labels(ns)) {
             self.namespace_labels(ns).await?
@@ -266,7 +266,7 @@ impl Context {
     }
 
     /// Whether `owner`'s interfaces `resolved` may be given what they ask for, by their
-    /// Networks' access rules ([`crate::core::claim::may_use`]): `workload` (`pod ns/name`,
+    /// Networks' access rules ([`roam_core::claim::may_use`]): `workload` (`pod ns/name`,
     /// `virtual machine ns/name`) of namespace `ns`. The namespace's labels are read only
     /// when a Network's selector decides.
     pub(crate) async fn may_use(
@@ -274,7 +274,7 @@ impl Context {
         workload: &str,
         ns: &str,
         owner: &str,
-        resolved: &[crate::core::claim::Resolved<'_>],
+        resolved: &[roam_core::claim::Resolved<'_>],
     ) -> crate::Result<()> {
         let labels = if resolved.iter().any(|r| r.network.access.needs_labels(ns)) {
             self.namespace_labels(ns).await?
@@ -289,8 +289,10 @@ impl Context {
                 .filter(|a| a.spec.owner.as_deref() == Some(owner))
                 .collect()
         };
-        let specs: Vec<&crate::api::AddressSpec> = held.iter().map(|a| &a.spec).collect();
-        crate::core::claim::may_use(workload, ns, &labels, owner, resolved, &specs)
+        let specs: Vec<&roam_api::AddressSpec> = held.iter().map(|a| &a.spec).collect();
+        Ok(roam_core::claim::may_use(
+            workload, ns, &labels, owner, resolved, &specs,
+        )?)
     }
 
     /// Record `a` (from a watch or our own write) and pass a host move on to the route
@@ -352,7 +354,7 @@ impl Context {
     ) {
         // 1.20 refuses an Event about an object without a namespace outside kube-system:
         // `regarding` names the namespace the Event is stored in
-        let ns = crate::core::event::event_namespace(
+        let ns = roam_core::event::event_namespace(
             reference.namespace.as_deref(),
             related_pod.as_deref(),
             &self.config.event_namespace,
@@ -458,6 +460,12 @@ where
     )
     .await
     .map(Some)
+}
+
+/// The time to stamp a status with: the one clock read of the controllers (roam-core's
+/// decisions take it as an argument).
+pub(crate) fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
 }
 
 pub(crate) fn failpoint(name: &str) {

@@ -15,11 +15,11 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::{Context, NETWORK_LABEL, ovn};
-use crate::api::{Address, Network, NetworkMode, TransitAddress};
-use crate::core::network::{
+use crate::error::{Error, Result};
+use roam_api::{Address, Network, NetworkMode, TransitAddress};
+use roam_core::network::{
     NetworkPlan, NetworkRange, assign_transit, in_use_changes, overlapping, validate_network,
 };
-use crate::error::{Error, Result};
 
 pub(super) async fn run(ctx: Arc<Context>) {
     loop {
@@ -69,11 +69,15 @@ pub(super) async fn pass(ctx: &Arc<Context>) -> Result<()> {
             })
         })
         .collect();
-    let mut refused: BTreeMap<String, Error> = overlapping(&ranges).into_iter().collect();
+    let mut refused: BTreeMap<String, Error> = overlapping(&ranges)
+        .into_iter()
+        .map(|(name, e)| (name, e.into()))
+        .collect();
     let mut plans = BTreeMap::new();
     for (name, obj) in &objects {
-        let result =
-            validate_network(name, &obj.spec).and_then(|plan| match refused.remove(name) {
+        let result = validate_network(name, &obj.spec)
+            .map_err(Error::from)
+            .and_then(|plan| match refused.remove(name) {
                 Some(e) => Err(e),
                 None => Ok(plan),
             });
@@ -98,7 +102,7 @@ pub(super) async fn pass(ctx: &Arc<Context>) -> Result<()> {
                         Ok(plan)
                     }
                     Ok(None) => Ok(plan),
-                    Err(e) => Err(e),
+                    Err(e) => Err(e.into()),
                 }
             }
             other => other,
@@ -131,12 +135,12 @@ pub(super) async fn pass(ctx: &Arc<Context>) -> Result<()> {
                 .await?;
                 plans.insert(name.clone(), plan);
             }
-            (Err(e), _) if e.is_bad_input() || matches!(e, Error::TransitExhausted { .. }) => {
+            // every refusal of roam-core's, bad input or a transit network that is full
+            (Err(e), _) => {
                 tracing::warn!(network = %name, error = %e, "network refused");
                 ctx.metrics.count("network_errors", e.reason());
                 set_ready(ctx, obj, false, e.reason(), e.to_string()).await?;
             }
-            (Err(e), _) => return Err(e),
         }
     }
     let before: BTreeSet<String> = ctx
@@ -196,11 +200,11 @@ async fn guard_in_use(
     if held == 0 {
         return Ok((plan, None));
     }
-    let refusal = Error::ImmutableWhileInUse {
+    let refusal = Error::from(roam_core::Error::ImmutableWhileInUse {
         network: name.into(),
         fields: fields.join(", "),
         held,
-    };
+    });
     // who may attach is nothing held Addresses depend on: the edit's rules apply at once
     let served = NetworkPlan {
         access: plan.access,

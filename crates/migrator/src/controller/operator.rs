@@ -19,11 +19,11 @@ use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 
 use super::{Context, NETWORK_LABEL, POD_ANNOTATION, ovn, pods};
-use crate::api::{Address, AddressSpec, VirtualMachine};
-use crate::core::claim::{new_address_name, pool_address, soft_deleted};
-use crate::core::pool::{duplicates, orphans, pool_actions};
 use crate::error::{Error, Result};
+use roam_api::{Address, AddressSpec, VirtualMachine};
 use roam_contract::keys::VM_FINALIZER;
+use roam_core::claim::{new_address_name, pool_address, soft_deleted};
+use roam_core::pool::{duplicates, orphans, pool_actions};
 
 pub(super) async fn run(ctx: Arc<Context>) {
     ctx.wait_synced().await;
@@ -86,8 +86,8 @@ fn addresses_api(ctx: &Context) -> Api<Address> {
 async fn refill(ctx: &Arc<Context>) -> Result<()> {
     let now = SystemTime::now();
     let work: Vec<(
-        crate::core::network::NetworkPlan,
-        crate::core::pool::PoolActions,
+        roam_core::network::NetworkPlan,
+        roam_core::pool::PoolActions,
         Vec<Arc<Address>>,
     )> = {
         let idx = ctx.index.lock().expect("index lock");
@@ -172,7 +172,7 @@ async fn refill(ctx: &Arc<Context>) -> Result<()> {
                                 "{} of {} reclaimed: deleted {} s ago, grace {} s",
                                 a.spec.ip,
                                 a.spec.owner.as_deref().unwrap_or("?"),
-                                crate::core::claim::deletion_time(&a.spec)
+                                roam_core::claim::deletion_time(&a.spec)
                                     .and_then(|t| SystemTime::now().duration_since(t).ok())
                                     .map(|d| d.as_secs())
                                     .unwrap_or(0),
@@ -357,7 +357,7 @@ async fn write_counts(ctx: &Context) {
             })
             .collect()
     };
-    let api: Api<crate::api::Network> = Api::all(ctx.client.clone());
+    let api: Api<roam_api::Network> = Api::all(ctx.client.clone());
     for (name, (free, claimed, deleted), same) in work {
         if same {
             continue;

@@ -22,11 +22,11 @@ use tokio::sync::{Notify, mpsc, watch};
 
 use super::Context;
 use super::index::Moved;
-use crate::api::{Address, NetworkMode};
-use crate::core::claim::desired_ports;
-use crate::core::network::{overlay_input, underlay_input};
-use crate::core::ovn::{Delta, additions_only, delta};
 use crate::error::{Error, Result};
+use roam_api::{Address, NetworkMode};
+use roam_core::claim::desired_ports;
+use roam_core::network::{overlay_input, underlay_input};
+use roam_core::ovn::{Delta, additions_only, delta};
 
 pub(super) struct OvnSync {
     requested: AtomicU64,
@@ -253,7 +253,7 @@ fn wanted(ctx: &Context, network: &str) -> Result<Option<Wanted>> {
     {
         let tentative = ctx.ovn.tentative.lock().expect("tentative lock");
         if tentative.values().any(|a| a.spec.network == network) {
-            let mut by_name: BTreeMap<String, Arc<crate::api::Address>> = addresses
+            let mut by_name: BTreeMap<String, Arc<roam_api::Address>> = addresses
                 .into_iter()
                 .filter_map(|a| Some((a.metadata.name.clone()?, a)))
                 .collect();
@@ -489,7 +489,7 @@ pub(super) async fn wait_for_activation(
             .flatten()
             .cloned()
             .collect();
-        if crate::core::ovn::all_activated(&rows, ports, chassis) {
+        if roam_core::ovn::all_activated(&rows, ports, chassis) {
             return Some(started.elapsed());
         }
         tokio::time::sleep(ACTIVATION_POLL).await;

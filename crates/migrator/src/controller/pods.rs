@@ -27,13 +27,13 @@ use serde_json::json;
 
 use super::retry::{Retry, object_key};
 use super::{Context, ERROR_ANNOTATION, NETWORK_LABEL, POD_ANNOTATION, Tentative, ovn};
-use crate::api::Address;
-use crate::core::claim::{
+use crate::error::{Error, Result};
+use roam_api::Address;
+use roam_contract::owner::refs_of;
+use roam_core::claim::{
     Resolved, Step, claimed, decide, new_address_name, owner_key, pod_addresses, pool_address,
     resolve_for,
 };
-use crate::error::{Error, Result};
-use roam_contract::owner::refs_of;
 
 /// The owner key of a pod that holds addresses now: scheduled, not host-network, not
 /// finished. `None` for any other pod.
@@ -42,7 +42,7 @@ pub fn live_owner(p: &Pod) -> Option<String> {
     spec.node_name.as_ref()?;
     // a VM's launcher pod is host-network but holds its VM's address (the VM controller
     // claims it)
-    if spec.host_network == Some(true) && !crate::core::launcher::is_launcher(p) {
+    if spec.host_network == Some(true) && !crate::launcher::is_launcher(p) {
         return None;
     }
     if let Some(phase) = p.status.as_ref().and_then(|s| s.phase.as_deref())
@@ -148,7 +148,7 @@ pub(super) async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action
         // not scheduled yet, host network, or finished (the sweep soft-deletes its address)
         return Ok(Action::await_change());
     };
-    if crate::core::launcher::is_launcher(&pod) {
+    if crate::launcher::is_launcher(&pod) {
         // the VM controller claims a launcher pod's address before creating the pod
         return Ok(Action::await_change());
     }
@@ -169,7 +169,7 @@ pub(super) async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action
     let admitting = ctx.admitting(ns, &plans).await?;
     let resolved = match resolve_for(&key, &annotations, &plans, &admitting) {
         Ok(r) => r,
-        Err(e) => return report(&ctx, &pod, e).await,
+        Err(e) => return report(&ctx, &pod, e.into()).await,
     };
     match ctx
         .may_use(&format!("pod {key}"), ns, &owner, &resolved)
@@ -200,11 +200,12 @@ pub(super) async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action
         }
     }
     let refs: Vec<&Address> = held.iter().map(|a| &**a).collect();
-    let published = pod_addresses(&node, &resolved, &refs).map_err(|source| Error::Annotation {
-        pod: key.clone(),
-        source,
-    })?;
-    let json = addresses_annotation(&published).map_err(|source| Error::Annotation {
+    let published =
+        pod_addresses(&node, &resolved, &refs).map_err(|source| roam_core::Error::Annotation {
+            pod: key.clone(),
+            source,
+        })?;
+    let json = addresses_annotation(&published).map_err(|source| roam_core::Error::Annotation {
         pod: key.clone(),
         source,
     })?;
@@ -289,11 +290,18 @@ async fn report(ctx: &Arc<Context>, pod: &Pod, e: Error) -> Result<Action> {
     // the pool, a Network or the namespace's labels may change: look again later; a fixed
     // annotation retriggers
     Ok(match e {
-        Error::Exhausted { .. }
-        | Error::NoNetwork { .. }
-        | Error::Taken { .. }
-        | Error::NetworkNotAllowed { .. }
-        | Error::ServiceClassNotAllowed { .. } => Action::requeue(Duration::from_secs(10)),
+        Error::Core(e)
+            if matches!(
+                *e,
+                roam_core::Error::Exhausted { .. }
+                    | roam_core::Error::NoNetwork { .. }
+                    | roam_core::Error::Taken { .. }
+                    | roam_core::Error::NetworkNotAllowed { .. }
+                    | roam_core::Error::ServiceClassNotAllowed { .. }
+            ) =>
+        {
+            Action::requeue(Duration::from_secs(10))
+        }
         _ => Action::await_change(),
     })
 }

@@ -26,28 +26,26 @@ use serde_json::json;
 
 use super::launchers;
 use super::retry::{Retry, object_key};
-use super::{Context, ovn, pods};
-use crate::api::{
+use super::{Context, now, ovn, pods};
+use crate::error::{Error, Result};
+use crate::launcher::{LAUNCHER_LABEL, LauncherSpec, launcher_pod, shim_url, token_secret, vm_key};
+use crate::launcher::{
+    Mode, RUNNER_LABEL, RUNNER_VM_ANNOTATION, launcher_trouble, pod_failed, pod_running,
+};
+use roam_api::{
     Address, MIGRATE_TO, MigrateTo, VirtualMachine, VirtualMachineMigration,
     VirtualMachineMigrationSpec, VirtualMachineStatus, VmPhase, parse_migrate_to,
 };
-use crate::core::adoption::{Adoption, CREATING, Found, adoption};
-use crate::core::claim::VM_LABEL;
-use crate::core::launcher::{
-    LAUNCHER_LABEL, LauncherSpec, launcher_pod, shim_url, token_secret, vm_key,
-};
-use crate::core::launcher::{
-    Mode, RUNNER_LABEL, RUNNER_VM_ANNOTATION, launcher_trouble, pod_failed, pod_running,
-};
-use crate::core::placement::{self, Need, NodeFacts, Taint};
-use crate::core::vm::readiness::{LAUNCHER_FAILING, condition, readiness, set_condition};
-use crate::core::vm::tap_name;
-use crate::core::vm::{
+use roam_contract::keys::VM_FINALIZER;
+use roam_core::adoption::{Adoption, CREATING, Found, adoption};
+use roam_core::claim::VM_LABEL;
+use roam_core::placement::{self, Need, NodeFacts, Taint};
+use roam_core::vm::readiness::{LAUNCHER_FAILING, condition, readiness, set_condition};
+use roam_core::vm::tap_name;
+use roam_core::vm::{
     PortBook, VmNic, account_resets, interface_status, nics as vm_nics, resolve_vm_for,
 };
-use crate::core::vm::{teardown, validate, volume};
-use crate::error::{Error, Result};
-use roam_contract::keys::VM_FINALIZER;
+use roam_core::vm::{teardown, validate, volume};
 
 /// The label of a token Secret naming its VM's namespace.
 const VM_NAMESPACE_LABEL: &str = "roam.dev/vm-namespace";
@@ -126,7 +124,7 @@ fn node_ip_if_ready(n: &Node) -> Option<String> {
 }
 
 /// What the scheduler would weigh of each node of the node selector (see
-/// [`crate::core::placement`]): readiness, cordon, taints, labels, allocatable memory and
+/// [`roam_core::placement`]): readiness, cordon, taints, labels, allocatable memory and
 /// CPU and what the pods bound to it (not finished) request.
 pub(super) async fn node_facts(ctx: &Context) -> Result<Vec<NodeFacts>> {
     let api: Api<Node> = Api::all(ctx.client.clone());
@@ -443,7 +441,14 @@ async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
         }
     }
     let mut next = st.clone();
-    let deleting = condition("Ready", false, "Deleting", &message, vm.metadata.generation);
+    let deleting = condition(
+        "Ready",
+        false,
+        "Deleting",
+        &message,
+        vm.metadata.generation,
+        &now(),
+    );
     set_condition(&mut next.conditions, deleting);
     patch_status(ctx, vm, &next).await?;
     Ok(Action::requeue(Duration::from_secs(1)))
@@ -471,9 +476,11 @@ async fn allocate_port(ctx: &Context, vm: &VirtualMachine) -> Result<u16> {
         .lock()
         .expect("port book lock")
         .pick(&vm.uid().unwrap_or_default(), start % span, (lo, hi), &used)
-        .ok_or_else(|| Error::InvalidVm {
-            vm: vm_key(vm),
-            problem: format!("no free shim port in {lo}-{hi}; widen --shim-ports"),
+        .ok_or_else(|| {
+            Error::invalid_vm(
+                vm_key(vm),
+                format!("no free shim port in {lo}-{hi}; widen --shim-ports"),
+            )
         })
 }
 
@@ -511,10 +518,7 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
             ctx.config.vm.image_root.as_deref(),
         );
         if !problems.is_empty() {
-            let e = Error::InvalidVm {
-                vm: vm_key(&vm),
-                problem: problems.join("; "),
-            };
+            let e = Error::invalid_vm(vm_key(&vm), problems.join("; "));
             refuse(&ctx, &vm, st, e).await?;
             // only an edit can fix it
             return Ok(Action::await_change());
@@ -635,6 +639,7 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
             r.reason,
             &r.message,
             vm.metadata.generation,
+            &now(),
         ),
     );
     patch_status(&ctx, &vm, &st).await?;
@@ -679,12 +684,10 @@ async fn place(
     if let (None, Some(_), Some(n)) = (&st.node, &vm.spec.node, &found) {
         // pinned to a node that could never hold the VM: refused, not waited for
         if let Some(why) = placement::never_fits(&facts_of(n, (0, 0)), &need_of(ctx, vm)) {
-            return Err(Error::InvalidVm {
-                vm: vm_key(vm),
-                problem: format!(
-                    "{why}: pin it to a larger node (spec.node) or leave spec.node out"
-                ),
-            });
+            return Err(Error::invalid_vm(
+                vm_key(vm),
+                format!("{why}: pin it to a larger node (spec.node) or leave spec.node out"),
+            ));
         }
     }
     let ip = found.as_ref().and_then(node_ip_if_ready);
@@ -709,7 +712,7 @@ async fn place(
     st.phase = VmPhase::Scheduling;
     set_condition(
         &mut st.conditions,
-        condition("Ready", false, reason, &msg, vm.metadata.generation),
+        condition("Ready", false, reason, &msg, vm.metadata.generation, &now()),
     );
     patch_status(ctx, vm, st).await?;
     Ok(None)
@@ -956,7 +959,7 @@ pub(super) async fn boot_claim(
     ctx: &Context,
     vm: &VirtualMachine,
 ) -> Result<Option<(String, Option<volume::Claim>)>> {
-    let crate::api::Boot::Volume { claim_name, .. } = &vm.spec.boot else {
+    let roam_api::Boot::Volume { claim_name, .. } = &vm.spec.boot else {
         return Ok(None);
     };
     let claims: Api<PersistentVolumeClaim> =
@@ -996,7 +999,7 @@ async fn wait_pending(
     st.phase = VmPhase::Pending;
     set_condition(
         &mut st.conditions,
-        condition("Ready", false, reason, &why, vm.metadata.generation),
+        condition("Ready", false, reason, &why, vm.metadata.generation, &now()),
     );
     patch_status(ctx, vm, &st).await?;
     if !had {
@@ -1020,7 +1023,14 @@ async fn refuse(
     st.phase = VmPhase::Failed;
     set_condition(
         &mut st.conditions,
-        condition("Ready", false, e.reason(), &msg, vm.metadata.generation),
+        condition(
+            "Ready",
+            false,
+            e.reason(),
+            &msg,
+            vm.metadata.generation,
+            &now(),
+        ),
     );
     patch_status(ctx, vm, &st).await?;
     if !had {
@@ -1054,6 +1064,7 @@ async fn refuse_migration(
             reason,
             &msg,
             vm.metadata.generation,
+            &now(),
         ),
     );
     patch_status(ctx, vm, &st).await

@@ -12,7 +12,7 @@ use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 
 use super::Context;
-use crate::api::{Address, Network};
+use roam_api::{Address, Network};
 
 /// The watches' state: the managed Networks' names (`None` until the Network watch has
 /// listed), which the Address watch follows.
@@ -50,7 +50,7 @@ pub(super) async fn addresses(ctx: Arc<Context>) {
             Ok(n) => n.clone().unwrap_or_default(),
             Err(_) => return,
         };
-        match crate::core::network::address_selector(super::NETWORK_LABEL, &names) {
+        match roam_core::network::address_selector(super::NETWORK_LABEL, &names) {
             None => {
                 // no managed Network: no Address of ours
                 {

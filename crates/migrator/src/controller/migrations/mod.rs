@@ -1,4 +1,4 @@
-//! The migration controller: thin I/O around [`crate::core::migration`]. Each reconcile
+//! The migration controller: thin I/O around [`roam_core::migration`]. Each reconcile
 //! fetches the migration and its VM, observes ([`run::Run::observe`]: the launcher pods, the
 //! shims' view of the guest and of libvirt's job, where the Addresses point), steps, acts
 //! (every action idempotent) and writes status. Background [`tasks`] flip the route the
@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+use crate::controller::now;
 use kube::runtime::controller::{Action as KAction, Config as ControllerConfig};
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -20,11 +22,11 @@ use serde_json::json;
 
 use super::retry::Retry;
 use super::{Context, vms};
-use crate::api::{VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus, VmPhase};
-use crate::core::migration::validate::{accept, target_not_ready, target_unfit};
-use crate::core::migration::{Decision, Observed, Phase, step};
-use crate::core::placement;
 use crate::error::Result;
+use roam_api::{VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus, VmPhase};
+use roam_core::migration::validate::{accept, target_not_ready, target_unfit};
+use roam_core::migration::{Decision, Observed, Phase, step};
+use roam_core::placement;
 use run::Run;
 use tasks::Local;
 use writes::{patch_status, patch_vm_status, set_finalizer};
@@ -54,10 +56,6 @@ pub(super) async fn run(ctx: Arc<Context>) {
             }
         })
         .await;
-}
-
-fn now() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
 }
 
 fn now_micro() -> MicroTime {
@@ -169,7 +167,7 @@ async fn check(
     let vm = vm.expect("accept refuses a migration without its VM");
     // a disk on a volume does not move: only a claim both nodes can mount lets the VM go
     if let Some((name, claim)) = vms::boot_claim(ctx, vm).await?
-        && let Some(why) = crate::core::vm::volume::blocks_migration(&name, claim.as_ref())
+        && let Some(why) = roam_core::vm::volume::blocks_migration(&name, claim.as_ref())
     {
         return Ok(Some(why));
     }

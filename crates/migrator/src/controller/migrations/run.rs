@@ -1,5 +1,5 @@
 //! One reconcile of a migration past its checks: what it reads (the pods, the shims) and
-//! what it does for each of [`step`](crate::core::migration::step)'s actions.
+//! what it does for each of [`step`](roam_core::migration::step)'s actions.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -15,25 +15,25 @@ use serde_json::json;
 use super::tasks::{self, Local, Wait};
 use super::writes::{apply_moves, patch_status, patch_vm_status};
 use super::{key_of, vms};
-use crate::api::{Address, VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus};
-use crate::controller::{Context, failpoint, launchers, ovn};
-use crate::core::adoption::{Adoption, CREATING, Found, adoption};
-use crate::core::vm::readiness::{condition, set_condition};
+use crate::controller::{Context, failpoint, launchers, now, ovn};
+use roam_api::{Address, VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus};
+use roam_core::adoption::{Adoption, CREATING, Found, adoption};
+use roam_core::vm::readiness::{condition, set_condition};
 
 /// The migration's condition about its target launcher pod, and its reason when the
 /// namespace's quota refused the pod.
 const TARGET_LAUNCHER: &str = "TargetLauncher";
 const QUOTA_EXCEEDED: &str = "QuotaExceeded";
-use crate::core::launcher::{LauncherSpec, Mode, launcher_pod, launcher_trouble, shim_url, vm_key};
-use crate::core::migration::observe::{
+use crate::error::{Error, Result};
+use crate::launcher::{LauncherSpec, Mode, launcher_pod, launcher_trouble, shim_url, vm_key};
+use roam_core::migration::observe::{
     give_up_after, guest_at, guest_on_target, is_shim_of, job, live, pod_running, record_landing,
     record_progress, record_target_trouble, target_pod_state, timed_out, unrecorded_job,
 };
-use crate::core::migration::{Action, Decision, GuestAt, Job, Observed, Phase, PodState, RouteAt};
-use crate::core::vm::{
+use roam_core::migration::{Action, Decision, GuestAt, Job, Observed, Phase, PodState, RouteAt};
+use roam_core::vm::{
     Placement, When, activated_on_target, moves, nics_of_addresses, ports_on, route_at,
 };
-use crate::error::{Error, Result};
 
 /// What a reconcile knows of the migration's two ends.
 pub(super) struct Run {
@@ -169,7 +169,7 @@ impl Run {
         }
         record_progress(st, source_status.as_ref());
         let trouble = live(target_pod.as_ref()).and_then(launcher_trouble);
-        record_target_trouble(st, trouble.as_deref());
+        record_target_trouble(st, trouble.as_deref(), &now());
         if on_target {
             record_landing(st, target_status.as_ref(), self.local.paused_at(&self.key));
         }
@@ -439,6 +439,7 @@ impl Run {
                                 self.target_pod
                             ),
                             None,
+                            &now(),
                         ),
                     );
                     return patch_status(&self.ctx, m, st).await;
@@ -453,7 +454,7 @@ impl Run {
         Ok(())
     }
 
-    fn target_nics(&self) -> Vec<crate::core::vm::VmNic> {
+    fn target_nics(&self) -> Vec<roam_core::vm::VmNic> {
         let refs: Vec<&Address> = self.addresses.iter().map(|a| &**a).collect();
         nics_of_addresses(&vm_key(&self.vm), &self.target, &refs)
     }
@@ -462,7 +463,7 @@ impl Run {
         &'a self,
         ip: &'a str,
         migration: &'a str,
-        nics: &'a [crate::core::vm::VmNic],
+        nics: &'a [roam_core::vm::VmNic],
     ) -> LauncherSpec<'a> {
         LauncherSpec {
             pod: self.target_pod.clone(),

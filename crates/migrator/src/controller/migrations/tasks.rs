@@ -17,9 +17,9 @@ use roam_shim_api::events::Lifecycle;
 use serde_json::json;
 use tokio::task::AbortHandle;
 
-use crate::api::VirtualMachineMigration;
 use crate::controller::{Context, ovn};
-use crate::core::migration::observe::is_shim_of;
+use roam_api::VirtualMachineMigration;
+use roam_core::migration::observe::is_shim_of;
 
 /// This process's helpers of the reconcile: the background tasks running and the way they
 /// wake a migration's reconcile.

@@ -7,11 +7,11 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::api::{Address, VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus};
 use crate::controller::{Context, ovn};
-use crate::core::claim::{ALSO_ON, also_on};
-use crate::core::vm::Move;
 use crate::error::{Error, Result};
+use roam_api::{Address, VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus};
+use roam_core::claim::{ALSO_ON, also_on};
+use roam_core::vm::Move;
 
 use roam_contract::keys::MIGRATION_FINALIZER as FINALIZER;
 
@@ -53,7 +53,7 @@ pub(super) async fn move_address(
     )))
 }
 
-/// Write every [`Move`] of the VM's Addresses (see [`crate::core::vm::moves`]).
+/// Write every [`Move`] of the VM's Addresses (see [`roam_core::vm::moves`]).
 pub(super) async fn apply_moves(ctx: &Arc<Context>, ms: Vec<Move>) -> Result<()> {
     for m in ms {
         let also: Vec<&str> = m.also_on.iter().map(String::as_str).collect();

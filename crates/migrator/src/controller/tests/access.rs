@@ -13,7 +13,7 @@ use super::super::networks::pass;
 use super::super::pods::reconcile as reconcile_pod;
 use super::super::vms::reconcile as reconcile_vm;
 use super::{address, network, network_with, node, pod, vm};
-use crate::api::{Network, VirtualMachine, VmPhase};
+use roam_api::{Network, VirtualMachine, VmPhase};
 
 const NAMESPACE_NS: &str = "/api/v1/namespaces?&fieldSelector=metadata.name%3Dns";
 const NETWORKS: &str = "/apis/roam.dev/v1alpha1/networks";
@@ -74,7 +74,7 @@ async fn a_pod_of_a_namespace_the_network_does_not_admit_claims_nothing_and_is_t
         assert!(error.contains(needle), "{needle}: {error}");
     }
     api.events(&["NetworkNotAllowed"]).await;
-    let stored: crate::api::Address = api
+    let stored: roam_api::Address = api
         .get("/apis/roam.dev/v1alpha1/addresses/net-10-1-0-5")
         .expect("the pool Address");
     assert_eq!(stored.spec.owner, None, "the pool Address is untouched");
@@ -306,9 +306,9 @@ async fn access_edits_apply_even_while_an_in_use_edit_is_refused() {
     n.spec.subnet = "10.2.0.0/24".into();
     n.spec.namespaces = vec!["team-b".into()];
     n.metadata.generation = Some(2);
-    n.status = Some(crate::api::NetworkStatus {
+    n.status = Some(roam_api::NetworkStatus {
         served: Some(served),
-        transit: vec![crate::api::TransitAddress {
+        transit: vec![roam_api::TransitAddress {
             node: "node-a".into(),
             ip: "169.254.0.2".into(),
         }],

@@ -15,8 +15,8 @@ use super::super::fixtures::{
 };
 use super::super::migrations::TestReconciler;
 use super::{address, cordoned, network, node, pod, token_secret, vm};
-use crate::api::{Address, VirtualMachine, VirtualMachineMigration};
-use crate::core::migration::Phase;
+use roam_api::{Address, VirtualMachine, VirtualMachineMigration};
+use roam_core::migration::Phase;
 use roam_shim_api::api::{DomainState, Incoming, JobState, JobStats, PortState};
 use roam_shim_api::events::Lifecycle;
 

@@ -11,7 +11,7 @@ mod vms;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use serde_json::json;
 
-use crate::api::{Address, Network, VirtualMachine};
+use roam_api::{Address, Network, VirtualMachine};
 
 /// An overlay Network created at `created` (RFC 3339) that namespace `ns` may attach to.
 pub(super) fn network(name: &str, subnet: &str, created: &str) -> Network {

@@ -7,7 +7,7 @@ use serde_json::json;
 use super::super::fixtures::{Expect, Scenario, context};
 use super::super::networks::pass;
 use super::{address, network};
-use crate::api::Network;
+use roam_api::Network;
 
 const NETWORKS: &str = "/apis/roam.dev/v1alpha1/networks";
 
@@ -56,9 +56,9 @@ fn edited(subnet: &str) -> Network {
     let served = n.spec.clone();
     n.spec.subnet = subnet.into();
     n.metadata.generation = Some(2);
-    n.status = Some(crate::api::NetworkStatus {
+    n.status = Some(roam_api::NetworkStatus {
         served: Some(served),
-        transit: vec![crate::api::TransitAddress {
+        transit: vec![roam_api::TransitAddress {
             node: "node-a".into(),
             ip: "169.254.0.2".into(),
         }],

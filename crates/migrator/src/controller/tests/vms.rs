@@ -9,7 +9,7 @@ use super::super::fixtures::{Expect, Scenario, context};
 use super::super::launchers::reconcile_runner;
 use super::super::vms::reconcile;
 use super::{address, cordoned, network, node, pod, token_secret, vm};
-use crate::api::{Address, VirtualMachine, VmPhase};
+use roam_api::{Address, VirtualMachine, VmPhase};
 
 const VMS: &str = "/apis/roam.dev/v1alpha1/namespaces/ns/virtualmachines";
 /// The pods that count against the nodes (placement).
@@ -207,7 +207,7 @@ async fn migrate_to_auto_picks_a_node_that_fits_or_refuses_with_the_reasons() {
         v.metadata.name = Some(name.into());
         v.metadata.annotations =
             Some([("roam.dev/migrate-to".to_string(), "auto".to_string())].into());
-        v.status = Some(crate::api::VirtualMachineStatus {
+        v.status = Some(roam_api::VirtualMachineStatus {
             phase: VmPhase::Running,
             node: Some("node-a".into()),
             ..Default::default()
@@ -218,7 +218,7 @@ async fn migrate_to_auto_picks_a_node_that_fits_or_refuses_with_the_reasons() {
     let _ = reconcile(Arc::new(running("demo")), ctx.clone())
         .await
         .expect("reconcile");
-    let migrations: Vec<crate::api::VirtualMachineMigration> =
+    let migrations: Vec<roam_api::VirtualMachineMigration> =
         api.list("/apis/roam.dev/v1alpha1/namespaces/ns/virtualmachinemigrations");
     assert_eq!(migrations.len(), 1, "{migrations:?}");
     assert_eq!(migrations[0].spec.target_node.as_deref(), Some("node-c"));
@@ -236,7 +236,7 @@ async fn migrate_to_auto_picks_a_node_that_fits_or_refuses_with_the_reasons() {
     let _ = reconcile(Arc::new(running("other")), ctx.clone())
         .await
         .expect("reconcile");
-    let migrations: Vec<crate::api::VirtualMachineMigration> =
+    let migrations: Vec<roam_api::VirtualMachineMigration> =
         api.list("/apis/roam.dev/v1alpha1/namespaces/ns/virtualmachinemigrations");
     assert_eq!(migrations.len(), 1, "no second migration: {migrations:?}");
     let v = api
@@ -381,7 +381,7 @@ async fn a_vm_whose_spec_cannot_run_is_refused_before_anything_is_created() {
     api.put(&node("node-a", "127.0.0.1"));
     let mut bad = vm();
     bad.spec.cpu = 0;
-    bad.spec.boot = crate::api::Boot::Kernel {
+    bad.spec.boot = roam_api::Boot::Kernel {
         kernel: "/g/../etc/shadow".into(),
         initrd: None,
         cmdline: None,
@@ -460,7 +460,7 @@ async fn a_vm_pinned_to_a_node_too_small_for_it_is_refused() {
 fn status(
     api: &super::super::fixtures::ApiServerVerifier,
     name: &str,
-) -> crate::api::VirtualMachineStatus {
+) -> roam_api::VirtualMachineStatus {
     api.get::<VirtualMachine>(&format!("{VMS}/{name}"))
         .and_then(|v| v.status)
         .expect("a status")
@@ -468,7 +468,7 @@ fn status(
 
 /// The `Ready` condition of `st`.
 fn ready(
-    st: &crate::api::VirtualMachineStatus,
+    st: &roam_api::VirtualMachineStatus,
 ) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
     st.conditions
         .iter()
@@ -479,7 +479,7 @@ fn ready(
 /// [`super::super::fixtures::config`] with the privilege split on.
 fn with_runners() -> crate::controller::Config {
     let mut c = super::super::fixtures::config();
-    c.vm.runners = Some(crate::core::launcher::RunnerConfig {
+    c.vm.runners = Some(crate::launcher::RunnerConfig {
         namespace: "roam-system".into(),
         kubelet_root: "/var/lib/kubelet".into(),
     });
@@ -490,7 +490,7 @@ fn with_runners() -> crate::controller::Config {
 /// `launcher_uid`, on node-a.
 fn runner_of_launcher(launcher_uid: &str) -> k8s_openapi::api::core::v1::Pod {
     let mut r = pod(
-        &crate::core::launcher::runner_name("ns", "demo-launcher"),
+        &crate::launcher::runner_name("ns", "demo-launcher"),
         "node-a",
         json!({
         "roam.dev/launcher": "ns/demo-launcher", "roam.dev/launcher-uid": launcher_uid,
@@ -521,7 +521,7 @@ async fn with_runners_a_new_vm_gets_an_unprivileged_launcher_pod_then_its_runner
     let mut v = vm();
     v.spec.node = Some("node-a".into());
     api.put(&v);
-    let runner = crate::core::launcher::runner_name("ns", "demo-launcher");
+    let runner = crate::launcher::runner_name("ns", "demo-launcher");
     let runners = "/api/v1/namespaces/roam-system/pods";
     api.expect(Scenario::Steps(vec![
         Expect::patch(format!("{VMS}/demo?")),
@@ -723,7 +723,7 @@ async fn a_pod_roam_did_not_create_is_not_the_vms_launcher() {
         },
     ]);
     api.put(&forged);
-    let runner = crate::core::launcher::runner_name("ns", "demo-launcher");
+    let runner = crate::launcher::runner_name("ns", "demo-launcher");
     api.expect(Scenario::Steps(vec![
         Expect::patch(format!("{VMS}/demo?")),
         Expect::get("/api/v1/nodes/node-a"),
@@ -778,9 +778,9 @@ async fn an_unrecorded_creation_is_deleted_by_uid_and_made_again() {
     api.put(&token_secret());
     let mut v = vm();
     v.spec.node = Some("node-a".into());
-    v.status = Some(crate::api::VirtualMachineStatus {
+    v.status = Some(roam_api::VirtualMachineStatus {
         pod: Some("demo-launcher".into()),
-        pod_uid: Some(crate::core::adoption::CREATING.into()),
+        pod_uid: Some(roam_core::adoption::CREATING.into()),
         shim_port: Some(17000),
         ..Default::default()
     });
