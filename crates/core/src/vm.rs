@@ -13,7 +13,7 @@ use serde_json::json;
 use super::claim::{Resolved, held_by, ovn_port, resolve_for};
 use super::network::NetworkPlan;
 use crate::error::{Error, Result};
-use crate::migration::RouteAt;
+use crate::migration::PortsAt;
 use roam_api::{Address, GuestResets, NetworkMode, VirtualMachineSpec, VmInterfaceStatus};
 
 /// A tap name (≤ 15 bytes) for a VM (`namespace/name`): the same on every node, since the
@@ -410,11 +410,11 @@ pub fn moves(addrs: &[Placement], when: When, source: &str, target: &str) -> Vec
 
 /// Where the VM's ports point: at the target once every port's host (its main chassis) is
 /// the target, else at the source.
-pub fn route_at(addrs: &[Placement], target: &str) -> RouteAt {
+pub fn ports_at(addrs: &[Placement], target: &str) -> PortsAt {
     if !addrs.is_empty() && addrs.iter().all(|p| p.host.as_deref() == Some(target)) {
-        RouteAt::Target
+        PortsAt::Target
     } else {
-        RouteAt::Source
+        PortsAt::Source
     }
 }
 

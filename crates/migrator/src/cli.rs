@@ -88,7 +88,7 @@ pub fn progress_line(status: &VirtualMachineMigrationStatus, width: usize) -> St
                 s += &format!(", VM downtime {d} ms");
             }
             if let Some(d) = status.switchover_ms {
-                s += &format!(", route flipped {d} ms after the pause");
+                s += &format!(", ports active on the target {d} ms after the pause");
             }
             s
         }

@@ -2,7 +2,8 @@
 //!
 //! The two that time a switchover: [`Lifecycle::SuspendedForMigration`] on the source (QEMU
 //! paused the guest for the final memory copy) and [`Lifecycle::ResumedAfterMigration`] on
-//! the target (the guest runs there). The migrator flips the route between them.
+//! the target (the guest runs there). Between them the controller has the target announce
+//! the guest's NICs, and OVN activates the VM's ports there.
 
 use serde::{Deserialize, Serialize};
 

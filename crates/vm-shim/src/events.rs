@@ -44,8 +44,8 @@ pub fn from_libvirt(event: i32, detail: i32) -> Lifecycle {
 /// What the shim reports for a raw event (pure): libvirt's lifecycle events as
 /// [`from_libvirt`] maps them, and QEMU's own `STOP` ([`crate::sys::QEMU_STOP_EVENT`]) as the
 /// migration's pause while an outgoing migration runs (`outgoing`) — it comes before libvirt's
-/// *suspended* event for the same stop, sometimes by hundreds of ms, and the route flip waits
-/// for whichever is reported. `outgoing` is what a stop means now: `None` (no migration of
+/// *suspended* event for the same stop, sometimes by hundreds of ms, and the target's
+/// announcement waits for whichever is reported. `outgoing` is what a stop means now: `None` (no migration of
 /// ours), [`Lifecycle::SuspendedForMigration`] (the final copy's pause) or
 /// [`Lifecycle::SuspendedForPostCopy`] (the shim asked for the switch to post-copy). One pause
 /// is reported once per migration (`pause_reported`): libvirt's later event for it is not

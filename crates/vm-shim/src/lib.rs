@@ -7,11 +7,15 @@
 //! Pure parts (unit-tested without I/O):
 //! - [`spec`]: what a VM is made of and its validation;
 //! - [`domain`]: the libvirt domain XML for a [`VmSpec`](spec::VmSpec);
-//! - [`config`]: the launch arguments (and config file) turned into a checked configuration
-//!   before anything is touched;
 //! - [`events`]: libvirt's lifecycle event codes and job stats in the API's words;
-//! - [`auth`]: the `Authorization: Bearer` header;
-//! - [`libvirtd`]: the launcher pod's own libvirtd (its configuration and command line).
+//! - [`auth`]: the `Authorization: Bearer` header.
+//!
+//! Pure decisions behind a thin edge that reads files:
+//! - [`config`]: the launch arguments turned into a checked configuration before anything is
+//!   touched (`parse_args`, pure); `load` reads the config and token files, `check_files`
+//!   resolves the boot files on disk;
+//! - [`libvirtd`]: the launcher pod's own libvirtd, its configuration and command line
+//!   (pure); `new_host_uuid` reads the kernel's.
 //!
 //! I/O adapters:
 //! - [`shim`]: the runtime (libvirt connection, boot / re-attach, migration jobs, event log);
@@ -21,6 +25,7 @@
 //! - [`disk`]: the disk image opened without following links, checked, and pinned where
 //!   its owner cannot reach;
 //! - [`openflow`]: a frame handed to OVS as if from a port (the target's RARP at the pause);
+//! - [`proxy`]: the migration's mutual-TLS proxy between two nodes' libvirtds;
 //! - [`sys`]: the crate's only `unsafe` code (libvirt events and job control, TUN ioctls),
 //!   behind safe functions.
 #![warn(missing_docs)]

@@ -4,8 +4,8 @@
 //! - libvirt **domain lifecycle events** (`virConnectDomainEventRegisterAny` with
 //!   `VIR_DOMAIN_EVENT_ID_LIFECYCLE`, and `VIR_DOMAIN_EVENT_ID_REBOOT` for guest resets):
 //!   [`LifecycleSubscription`] hands every event to a channel as a [`RawLifecycle`] stamped
-//!   with the wall-clock time **inside the callback**, so the migrator's route flip can be
-//!   timed against the moment libvirt told us; and QEMU's own QMP `STOP`
+//!   with the wall-clock time **inside the callback**, so the switch (the target's
+//!   activation) can be timed against the moment libvirt told us; and QEMU's own QMP `STOP`
 //!   (`virConnectDomainQemuMonitorEventRegister`, libvirt-qemu) stamped by QEMU, which libvirt
 //!   hands on before its own *suspended* event (see [`QEMU_STOP_EVENT`]);
 //! - **job control** the `virt` 0.5 crate does not wrap: [`abort_job`], [`start_post_copy`];
@@ -35,8 +35,8 @@ pub const RESET_EVENT: i32 = -1;
 /// [`RawLifecycle::event`] of QEMU's own QMP `STOP` event: the guest's vCPUs stopped (for any
 /// reason: the shim decides what it means). libvirt queues a domain's raw QMP events for its
 /// clients as they are read, but emits its *suspended* lifecycle event for the same stop only
-/// once it holds the domain's lock, which can be hundreds of ms later; the route flip waits for
-/// the first report of the stop.
+/// once it holds the domain's lock, which can be hundreds of ms later; the target's
+/// announcement waits for the first report of the stop.
 pub const QEMU_STOP_EVENT: i32 = -2;
 
 /// One lifecycle event as libvirt delivered it, stamped when the callback ran (QEMU's events:

@@ -2,7 +2,7 @@
 //!
 //! The controller is level-based: each reconcile observes the world ([`Observed`]: the
 //! migration object, the launcher pods, the shims' view of the guest and of libvirt's job,
-//! where the Address's /32 route points) and [`step`] decides the next phase and the actions
+//! which node the VM's ports have as their main chassis) and [`step`] decides the next phase and the actions
 //! that move the world towards it. Nothing is remembered between reconciles but the phase
 //! written to the object's status, so a restarted controller carries on from any phase — it
 //! observes again and decides again.
@@ -10,7 +10,7 @@
 //! ```text
 //!  Pending ─▶ TargetScheduling ─▶ TargetReady ─▶ Migrating ─▶ Switchover ─▶ Succeeded
 //!     │              │                 │             │   (source paused:     │
-//!     └──────────────┴─────────────────┴─────────────┘    route flips here)  │
+//!     └──────────────┴─────────────────┴─────────────┘    target activates)  │
 //!                 invalid / failure / timeout ─▶ Failed      deleted ─▶ Aborted
 //! ```
 //!
@@ -19,11 +19,17 @@
 //! takes to bind the ports there (seconds with 10 000 addresses in the NB), that wait is
 //! spent before the copy, never in the pause.
 //!
-//! The one truth is **where the guest runs** ([`GuestAt`], reported by the shims): the route
-//! follows the guest. While the source is paused for the final copy the route is flipped to
-//! the target (so the network is back when the guest is); if the copy then fails and the
-//! guest resumes on the source, the route is flipped back. A migration never ends while the
-//! guest's location is unknown, so it never ends with the address pointing at the wrong node.
+//! A VM's port is bound on both nodes from TargetScheduling on (`requested-chassis=src,dst`):
+//! the switch is no write at all. While the source is paused for the final copy the target
+//! announces the guest's NICs (a RARP), and OVN activates the port there, so the network is
+//! back when the guest is; the Addresses (their `host`, the ports' main chassis) follow once
+//! the guest runs on the target.
+//!
+//! The one truth is **where the guest runs** ([`GuestAt`], reported by the shims): the
+//! Addresses follow the guest. If the final copy fails and the guest resumes on the source,
+//! its RARP activates the source's binding again and the Addresses stay (or go back) there.
+//! A migration never ends while the guest's location is unknown, so it never ends with the
+//! Addresses at the wrong node.
 
 pub mod observe;
 pub mod validate;
@@ -71,9 +77,9 @@ pub enum GuestAt {
     Unknown,
 }
 
-/// Which node the /32 route (the Address's `host`) points at.
+/// Which node the VM's ports have as their main chassis (the Addresses' `host`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RouteAt {
+pub enum PortsAt {
     /// The source node.
     Source,
     /// The target node.
@@ -104,8 +110,8 @@ pub struct Observed {
     pub job: Job,
     /// Where the guest runs.
     pub guest: GuestAt,
-    /// Where the route points.
-    pub route: RouteAt,
+    /// Where the VM's ports are bound as main chassis.
+    pub ports: PortsAt,
 }
 
 /// What the controller does to move the world on. Every action is idempotent.
@@ -118,10 +124,13 @@ pub enum Action {
     StartMigration,
     /// Ask the source shim to abort the job.
     AbortMigration,
-    /// Flip the /32 route (and the Address's host) to the target.
-    RouteToTarget,
-    /// Flip the /32 route (and the Address's host) back to the source.
-    RouteToSource,
+    /// The target as the ports' main chassis (the Addresses' host). In the pause there is
+    /// nothing to write (the target's binding activates on the announced RARP); once the
+    /// guest runs on the target, the Addresses record it and the source's binding goes.
+    PortsToTarget,
+    /// The source as the ports' main chassis again (a final copy that failed after the
+    /// Addresses moved: the guest resumed on the source).
+    PortsToSource,
     /// Delete the source launcher pod (the guest runs on the target).
     DeleteSource,
     /// Delete the target launcher pod and the VM's port on the target.
@@ -163,31 +172,31 @@ pub fn step(phase: Phase, o: &Observed) -> Decision {
         return settle(phase, o);
     }
     // The guest already runs on the target (the job completed, perhaps while the controller
-    // was down): whatever the phase, finish — the route follows the guest.
+    // was down): whatever the phase, finish — the Addresses follow the guest.
     if o.guest == GuestAt::Target {
-        if o.route != RouteAt::Target {
-            return Decision::go(Phase::Switchover, vec![RouteToTarget]);
+        if o.ports != PortsAt::Target {
+            return Decision::go(Phase::Switchover, vec![PortsToTarget]);
         }
         return Decision::go(Phase::Succeeded, source_cleanup(o));
     }
-    // The source is paused for the final copy: flip now, so the network is back when the
-    // guest is. Deletion can no longer abort cleanly here; libvirt decides in milliseconds.
+    // The source is paused for the final copy: switch now (the target activates), so the
+    // network is back when the guest is. Deletion can no longer abort cleanly here; libvirt decides in milliseconds.
     if o.job == Job::Paused && phase >= Phase::TargetReady {
-        let actions = if o.route == RouteAt::Target {
+        let actions = if o.ports == PortsAt::Target {
             vec![]
         } else {
-            vec![RouteToTarget]
+            vec![PortsToTarget]
         };
         return Decision::go(Phase::Switchover, actions);
     }
-    // The guest's location is unknown: never end, never move the route; wait.
+    // The guest's location is unknown: never end, never move the Addresses; wait.
     if o.guest == GuestAt::Unknown || o.job == Job::Unknown {
         return Decision::stay(phase);
     }
     // From here on, the guest runs on the source.
-    if o.route == RouteAt::Target {
-        // flipped for a final copy that failed: the guest resumed on the source
-        return Decision::go(phase.min(Phase::Migrating), vec![RouteToSource]);
+    if o.ports == PortsAt::Target {
+        // moved for a final copy that failed: the guest resumed on the source
+        return Decision::go(phase.min(Phase::Migrating), vec![PortsToSource]);
     }
     let abort = if let Some(why) = &o.invalid {
         Some((Phase::Failed, why.clone()))
@@ -283,14 +292,14 @@ fn settle(phase: Phase, o: &Observed) -> Decision {
     let mut actions = vec![];
     match phase {
         Phase::Succeeded => {
-            if o.route != RouteAt::Target {
-                actions.push(Action::RouteToTarget);
+            if o.ports != PortsAt::Target {
+                actions.push(Action::PortsToTarget);
             }
             actions.extend(source_cleanup(o));
         }
         _ => {
-            if o.route != RouteAt::Source && o.guest == GuestAt::Source {
-                actions.push(Action::RouteToSource);
+            if o.ports != PortsAt::Source && o.guest == GuestAt::Source {
+                actions.push(Action::PortsToSource);
             }
             if o.target_pod != PodState::Absent || o.target_port {
                 actions.push(Action::DeleteTarget);
@@ -309,7 +318,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Nothing created yet: the guest on the source, the route there.
+    /// Nothing created yet: the guest on the source, its ports there.
     fn fresh() -> Observed {
         Observed {
             invalid: None,
@@ -343,9 +352,9 @@ mod tests {
         let d = step(Phase::Migrating, &o);
         assert_eq!(
             (d.phase, d.actions),
-            (Phase::Switchover, vec![Action::RouteToTarget])
+            (Phase::Switchover, vec![Action::PortsToTarget])
         );
-        o.route = RouteAt::Target;
+        o.ports = PortsAt::Target;
         assert_eq!(
             step(Phase::Switchover, &o),
             Decision::stay(Phase::Switchover)
@@ -391,15 +400,15 @@ mod tests {
     }
 
     #[test]
-    fn a_final_copy_that_fails_flips_the_route_back() {
+    fn a_final_copy_that_fails_moves_the_ports_back() {
         let mut o = fresh();
         o.target_pod = PodState::Ready;
         o.target_port = true;
         o.job = Job::Failed("connection reset".into());
-        o.route = RouteAt::Target; // flipped during the pause
+        o.ports = PortsAt::Target; // flipped during the pause
         let d = step(Phase::Switchover, &o);
-        assert_eq!(d.actions, vec![Action::RouteToSource]);
-        o.route = RouteAt::Source;
+        assert_eq!(d.actions, vec![Action::PortsToSource]);
+        o.ports = PortsAt::Source;
         let d = step(d.phase, &o);
         assert_eq!(d.phase, Phase::Failed);
         assert_eq!(d.actions, vec![Action::DeleteTarget]);
@@ -502,11 +511,11 @@ mod tests {
         let d = step(Phase::Migrating, &o);
         assert_eq!(
             (d.phase, d.actions),
-            (Phase::Switchover, vec![Action::RouteToTarget])
+            (Phase::Switchover, vec![Action::PortsToTarget])
         );
     }
 
-    /// A small model of the world: libvirt, the pods, the route. The controller may be
+    /// A small model of the world: libvirt, the pods, the ports' main chassis. The controller may be
     /// restarted at any point (it forgets everything but the recorded phase), the migration
     /// may be deleted, time out, or libvirt may fail, at random.
     #[derive(Clone, Debug)]
@@ -584,8 +593,8 @@ mod tests {
                     }
                 }
                 Action::AbortMigration => self.aborted = true,
-                Action::RouteToTarget => o.route = RouteAt::Target,
-                Action::RouteToSource => o.route = RouteAt::Source,
+                Action::PortsToTarget => o.ports = PortsAt::Target,
+                Action::PortsToSource => o.ports = PortsAt::Source,
                 Action::DeleteSource => {
                     assert_eq!(
                         o.guest,
@@ -668,7 +677,7 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
         /// Whatever happens, in whatever order, once the world calms down the migration ends
-        /// with the guest running on exactly one node, its route pointing there, and the
+        /// with the guest running on exactly one node, its ports bound there, and the
         /// other launcher pod gone; no action ever deletes the pod the guest runs in.
         #[test]
         fn the_address_follows_the_guest(events in proptest::collection::vec(event(), 0..40)) {
@@ -700,12 +709,12 @@ mod tests {
             match phase {
                 Phase::Succeeded => {
                     prop_assert_eq!(w.o.guest, GuestAt::Target);
-                    prop_assert_eq!(w.o.route, RouteAt::Target);
+                    prop_assert_eq!(w.o.ports, PortsAt::Target);
                     prop_assert!(!w.o.source_pod);
                 }
                 _ => {
                     prop_assert_eq!(w.o.guest, GuestAt::Source);
-                    prop_assert_eq!(w.o.route, RouteAt::Source);
+                    prop_assert_eq!(w.o.ports, PortsAt::Source);
                     prop_assert_eq!(&w.o.target_pod, &PodState::Absent);
                     prop_assert!(!w.o.target_port);
                     prop_assert!(w.o.source_pod);

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use roam_shim_api::api::{DomainState, JobState, Status};
 
-use super::{GuestAt, Job, Observed, PodState, RouteAt};
+use super::{GuestAt, Job, Observed, PodState, PortsAt};
 use crate::launcher::pod_failed;
 pub use crate::launcher::pod_running;
 use roam_api::{Progress, VirtualMachineMigrationStatus};
@@ -24,7 +24,7 @@ impl Observed {
             source_pod: true,
             job: Job::None,
             guest: GuestAt::Source,
-            route: RouteAt::Source,
+            ports: PortsAt::Source,
         }
     }
 }
@@ -112,7 +112,7 @@ pub fn guest_on_target(pod: Option<&Pod>, shim: Option<&Status>) -> bool {
 }
 
 /// A copy to `target_url` that a migration started but never recorded (its controller died
-/// in between): its id, to adopt. Unwatched, its pause would pass without the route flip.
+/// in between): its id, to adopt. Unwatched, its pause would pass without the target's announcement.
 pub fn unrecorded_job(source: Option<&Status>, target_url: &str) -> Option<u64> {
     source?
         .job

@@ -254,7 +254,7 @@ fn moved(m: &[Move]) -> Vec<(&str, &str, Vec<&str>)> {
 fn a_switchover_keeps_every_port_multi_chassis_until_the_guest_runs_on_the_target() {
     let (a, b) = ("node-a", "node-b");
     let start = [place("ovl", a, &[]), place("vlan", a, &[])];
-    assert_eq!(route_at(&start, b), RouteAt::Source);
+    assert_eq!(ports_at(&start, b), PortsAt::Source);
     assert!(!ports_on(&start, b));
     // before the target pod: every port on both nodes
     let m = moves(&start, When::PrepareTarget, a, b);
@@ -266,13 +266,13 @@ fn a_switchover_keeps_every_port_multi_chassis_until_the_guest_runs_on_the_targe
         "idempotent"
     );
     // the pause changes nothing: the guest's RARP activates the target's bindings
-    assert_eq!(route_at(&copying, b), RouteAt::Source);
+    assert_eq!(ports_at(&copying, b), PortsAt::Source);
     assert_eq!(activated_on_target(&copying), ["ovl", "vlan"]);
     // the guest runs on the target: every port's main chassis follows
     let m = moves(&copying, When::GuestOnTarget, a, b);
     assert_eq!(moved(&m), [("ovl", b, vec![a]), ("vlan", b, vec![a])]);
     let on_b = [place("ovl", b, &[a]), place("vlan", b, &[a])];
-    assert_eq!(route_at(&on_b, b), RouteAt::Target);
+    assert_eq!(ports_at(&on_b, b), PortsAt::Target);
     // succeeded: single-chassis once the source pod is gone
     assert!(moves(&on_b, When::Succeeded { source_pod: true }, a, b).is_empty());
     let m = moves(&on_b, When::Succeeded { source_pod: false }, a, b);
@@ -301,8 +301,8 @@ fn a_failed_copy_goes_back_to_the_source_everywhere() {
         [("ovl", a, vec![b])]
     );
     assert_eq!(
-        route_at(&[], b),
-        RouteAt::Source,
+        ports_at(&[], b),
+        PortsAt::Source,
         "no address: never at the target"
     );
     assert!(!ports_on(&[], b));

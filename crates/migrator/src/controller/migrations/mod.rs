@@ -1,8 +1,9 @@
 //! The migration controller: thin I/O around [`roam_core::migration`]. Each reconcile
 //! fetches the migration and its VM, observes ([`run::Run::observe`]: the launcher pods, the
 //! shims' view of the guest and of libvirt's job, where the Addresses point), steps, acts
-//! (every action idempotent) and writes status. Background [`tasks`] flip the route the
-//! moment the source pauses and wake the reconcile when there is news.
+//! (every action idempotent) and writes status. Background [`tasks`] have the target
+//! announce the guest's NICs the moment the source pauses (OVN activates its ports there)
+//! and wake the reconcile when there is news.
 
 mod run;
 mod tasks;

@@ -30,9 +30,9 @@ use roam_core::migration::observe::{
     give_up_after, guest_at, guest_on_target, is_shim_of, job, live, pod_running, record_landing,
     record_progress, record_target_trouble, target_pod_state, timed_out, unrecorded_job,
 };
-use roam_core::migration::{Action, Decision, GuestAt, Job, Observed, Phase, PodState, RouteAt};
+use roam_core::migration::{Action, Decision, GuestAt, Job, Observed, Phase, PodState, PortsAt};
 use roam_core::vm::{
-    Placement, When, activated_on_target, moves, nics_of_addresses, ports_on, route_at,
+    Placement, When, activated_on_target, moves, nics_of_addresses, ports_at, ports_on,
 };
 
 /// What a reconcile knows of the migration's two ends.
@@ -198,7 +198,7 @@ impl Run {
             source_pod,
             job: job(source_status.as_ref(), st.job_id),
             guest: guest_at(on_target, source_status.as_ref()),
-            route: route_at(&self.placements, &self.target),
+            ports: ports_at(&self.placements, &self.target),
         })
     }
 
@@ -355,11 +355,11 @@ impl Run {
             }
             // once the guest runs there, every port's main chassis is the target; in the
             // pause nothing moves (the target's binding activates on the guest's RARP)
-            Action::RouteToTarget if o.guest == GuestAt::Target => {
+            Action::PortsToTarget if o.guest == GuestAt::Target => {
                 self.apply(When::GuestOnTarget).await
             }
-            Action::RouteToTarget => Ok(()),
-            Action::RouteToSource => self.apply(When::GuestOnSource).await,
+            Action::PortsToTarget => Ok(()),
+            Action::PortsToSource => self.apply(When::GuestOnSource).await,
             Action::DeleteSource => {
                 // the VM is the target's now, then the source pod goes
                 patch_vm_status(
@@ -379,7 +379,7 @@ impl Run {
                 if let Some(uid) = &self.target_pod_uid {
                     self.delete_pod(&self.target_pod, Some(uid)).await?;
                 }
-                if o.route == RouteAt::Source {
+                if o.ports == PortsAt::Source {
                     self.apply(When::TargetGone).await?;
                 }
                 Ok(())

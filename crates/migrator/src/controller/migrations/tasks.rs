@@ -1,7 +1,8 @@
 //! The migration controller's background tasks: the switchover task, which long-polls the
-//! source shim's events and flips the VM's /32s in OVN itself the moment the source pauses
-//! for the final copy (no API round trip between the pause and the flip), and the tasks that
-//! poll a starting or landing target shim. Each wakes the reconcile when there is news.
+//! source shim's events and has the target shim announce the guest's NICs the moment the
+//! source pauses for the final copy (OVN activates the ports there; no API round trip and no
+//! NB write between the pause and the switch), and the tasks that poll a starting or landing
+//! target shim. Each wakes the reconcile when there is news.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -35,7 +36,7 @@ pub(super) struct Local {
 /// The background tasks of this process's migrations by key — `ns/name` for the switchover
 /// task, `Ready:ns/name` and `Landed:ns/name` for the target waits — so that one runs per key
 /// and a migration's end stops all of its own. A task left running past its migration would
-/// act on the next one: a switchover task of a failed migration flips the route at the next
+/// act on the next one: a switchover task of a failed migration would announce at the next
 /// migration's pause (its source shim is the same; an aborted copy that never paused sends
 /// no event that ends the task).
 #[derive(Default)]

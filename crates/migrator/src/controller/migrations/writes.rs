@@ -16,7 +16,8 @@ use roam_core::vm::Move;
 use roam_contract::keys::MIGRATION_FINALIZER as FINALIZER;
 
 /// Write `host` and `also-on` of the VM's Address (resourceVersion precondition, retried on
-/// fresh data); the index sees the move and the route controller flips the /32 at once.
+/// fresh data); the index sees the move and the OVN syncer makes `host` the ports' main
+/// chassis.
 pub(super) async fn move_address(
     ctx: &Arc<Context>,
     name: &str,
