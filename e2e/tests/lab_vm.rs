@@ -9,7 +9,7 @@ use roam_e2e::{
     Lab, Node, Pinger, TestNetns, VmCleanup, nbctl, plug_netns, run, try_run, vsctl, wait_until,
 };
 use roam_vm_shim::domain::Accel;
-use roam_vm_shim::spec::{Boot, Nic, VmSpec};
+use roam_vm_shim::spec::{LaunchBoot, LaunchNic, VmSpec};
 use virt::connect::Connect;
 use virt::domain::MigrateParameters;
 use virt::sys;
@@ -82,14 +82,15 @@ fn domain_xml(lab: &Lab, serial: &str) -> String {
         name: DOMAIN.into(),
         vcpus: 1,
         memory_mib: 256,
-        boot: Boot::Kernel {
+        boot: LaunchBoot::Kernel {
             kernel: kernel.into(),
             initrd: Some(initrd.into()),
             cmdline: "console=ttyS0 quiet panic=-1".into(),
         },
-        nics: vec![Nic {
+        nics: vec![LaunchNic {
             mac: GUEST_MAC.parse().unwrap(),
             tap: TAP.into(),
+            ovn_port: GUEST_LSP.into(),
         }],
         serial_log: serial.into(),
     };

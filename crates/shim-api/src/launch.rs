@@ -222,12 +222,16 @@ pub enum LaunchBoot {
     },
 }
 
-/// One NIC: its MAC, the tap QEMU opens, and the OVN logical port the tap is bound to.
+/// One NIC: its MAC, the tap QEMU opens, and the OVN logical port the tap is bound to. The
+/// tap is a kernel tap that the node's OVS `br-int` carries as the interface's logical port
+/// (on OVS's userspace datapath QEMU cannot open an OVS internal port). The guest sees the
+/// NICs in the order given (`eth0`, `eth1`, …).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LaunchNic {
-    /// The guest's MAC.
+    /// The guest's MAC: the Address's, so the VM keeps it across migrations.
     pub mac: MacAddr,
-    /// The tap device on the node.
+    /// The tap device on the node; it exists before the domain starts (the same name on a
+    /// migration's target).
     pub tap: String,
     /// The OVN logical port (`external_ids:iface-id` of the tap's OVS interface).
     pub ovn_port: String,

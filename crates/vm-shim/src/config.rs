@@ -15,7 +15,7 @@ use roam_shim_api::launch::{LaunchArgs, LaunchBoot, LaunchToken, flag};
 use roam_shim_api::token::TokenDigest;
 
 use crate::domain::Accel;
-use crate::spec::{Boot, Nic, VmSpec};
+use crate::spec::VmSpec;
 use crate::{Error, Result};
 
 pub use roam_shim_api::launch::{Migration, Mode};
@@ -25,9 +25,6 @@ pub use roam_shim_api::launch::{Migration, Mode};
 pub struct ShimConfig {
     /// The VM.
     pub vm: VmSpec,
-    /// Per NIC of `vm.nics` (same order), the OVN logical port its tap is bound to
-    /// (`external_ids:iface-id`).
-    pub ovn_ports: Vec<String>,
     /// This node's name (the OVN chassis).
     pub node: String,
     /// This node's libvirtd, for the shim.
@@ -65,8 +62,7 @@ impl ShimConfig {
         self.vm
             .nics
             .iter()
-            .map(|n| n.tap.as_str())
-            .zip(self.ovn_ports.iter().map(String::as_str))
+            .map(|n| (n.tap.as_str(), n.ovn_port.as_str()))
     }
 }
 
@@ -85,39 +81,12 @@ pub fn parse_args(file_json: Option<&str>, flags: &[String]) -> Result<LaunchArg
 /// Turn the launch arguments into a [`ShimConfig`] without I/O: the VM spec and the token.
 /// A token file is read by the caller's `read_token`.
 fn build(args: LaunchArgs, read_token: impl FnOnce(&Path) -> Result<String>) -> Result<ShimConfig> {
-    let boot = match args.boot {
-        LaunchBoot::Kernel {
-            kernel,
-            initrd,
-            cmdline,
-        } => Boot::Kernel {
-            kernel,
-            initrd,
-            cmdline,
-        },
-        LaunchBoot::Disk {
-            image,
-            format,
-            read_only,
-        } => Boot::Disk {
-            image,
-            format,
-            read_only,
-        },
-    };
     let vm = VmSpec {
         name: args.name,
         vcpus: args.vcpus,
         memory_mib: args.memory_mib,
-        boot,
-        nics: args
-            .nics
-            .iter()
-            .map(|n| Nic {
-                mac: n.mac,
-                tap: n.tap.clone(),
-            })
-            .collect(),
+        boot: args.boot,
+        nics: args.nics,
         serial_log: args.serial_log,
     };
     vm.validate()?;
@@ -127,7 +96,6 @@ fn build(args: LaunchArgs, read_token: impl FnOnce(&Path) -> Result<String>) -> 
     };
     Ok(ShimConfig {
         vm,
-        ovn_ports: args.nics.into_iter().map(|n| n.ovn_port).collect(),
         node: args.node,
         libvirt_uri: args.libvirt_uri,
         migration: args.migration,
@@ -207,10 +175,10 @@ pub fn load(args: &[String]) -> Result<ShimConfig> {
 /// verdict `roam-shim libvirtd` reaches before it pins the image for QEMU.
 pub fn check_files(vm: &VmSpec, root: Option<&Path>) -> Result<()> {
     let files: Vec<(&str, &Path)> = match &vm.boot {
-        Boot::Kernel { kernel, initrd, .. } => std::iter::once(("kernel", kernel.as_path()))
+        LaunchBoot::Kernel { kernel, initrd, .. } => std::iter::once(("kernel", kernel.as_path()))
             .chain(initrd.iter().map(|i| ("initrd", i.as_path())))
             .collect(),
-        Boot::Disk { image, format, .. } => {
+        LaunchBoot::Disk { image, format, .. } => {
             let root = root.unwrap_or(Path::new("/"));
             crate::disk::open(root, image, format, &roam_disk_image::Limits::default())?;
             return Ok(());
@@ -327,6 +295,10 @@ mod tests {
         build(args, |_| Ok("tok".into()))
     }
 
+    fn ports(c: &ShimConfig) -> Vec<&str> {
+        c.plumbing().map(|(_, port)| port).collect()
+    }
+
     #[test]
     fn flags_make_a_config() {
         let c = build_ok(parse_args(None, &full_flags()).unwrap()).unwrap();
@@ -423,16 +395,16 @@ mod tests {
         let taps: Vec<&str> = c.vm.nics.iter().map(|n| n.tap.as_str()).collect();
         assert_eq!(taps, ["h7tap", "h7tap1"]);
         assert_eq!(c.vm.nics[1].mac.to_string(), "52:54:00:00:00:02");
-        assert_eq!(c.ovn_ports, ["vm1.node-a", "vlan-port"]);
+        assert_eq!(ports(&c), ["vm1.node-a", "vlan-port"]);
         // the single-NIC flags are one NIC
         let c = build_ok(parse_args(None, &full_flags()).unwrap()).unwrap();
         assert_eq!(c.vm.nics.len(), 1);
-        assert_eq!(c.ovn_ports, ["vm1.node-a"]);
+        assert_eq!(ports(&c), ["vm1.node-a"]);
         // a config file lists objects
         let file = r#"{"nics":[{"mac":"52:54:00:00:00:01","tap":"a","ovn_port":"pa"},
                               {"mac":"52:54:00:00:00:02","tap":"b","ovn_port":"pb"}]}"#;
         let c = build_ok(parse_args(Some(file), &f[..f.len() - 2]).unwrap()).unwrap();
-        assert_eq!(c.ovn_ports, ["pa", "pb"]);
+        assert_eq!(ports(&c), ["pa", "pb"]);
     }
 
     #[test]
@@ -540,7 +512,7 @@ mod tests {
         std::os::unix::fs::symlink("vmlinuz", store.join("alias")).unwrap();
         std::os::unix::fs::symlink("/nowhere/vmlinuz", store.join("dangling")).unwrap();
         let vm = |kernel: PathBuf| VmSpec {
-            boot: Boot::Kernel {
+            boot: LaunchBoot::Kernel {
                 kernel,
                 initrd: None,
                 cmdline: String::new(),

@@ -15,7 +15,7 @@
 use std::fmt::Write;
 
 use crate::Result;
-use crate::spec::{Boot, VmSpec};
+use crate::spec::{LaunchBoot, VmSpec};
 
 /// Which accelerator the domain uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +57,7 @@ pub fn domain_xml(spec: &VmSpec, accel: Accel) -> Result<String> {
     let _ = writeln!(x, "  <vcpu>{}</vcpu>", spec.vcpus);
     let _ = writeln!(x, "  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>");
     match &spec.boot {
-        Boot::Kernel {
+        LaunchBoot::Kernel {
             kernel,
             initrd,
             cmdline,
@@ -68,7 +68,7 @@ pub fn domain_xml(spec: &VmSpec, accel: Accel) -> Result<String> {
             }
             let _ = writeln!(x, "    <cmdline>{}</cmdline>", esc(cmdline));
         }
-        Boot::Disk { .. } => {
+        LaunchBoot::Disk { .. } => {
             let _ = writeln!(x, "    <boot dev='hd'/>");
         }
     }
@@ -82,7 +82,7 @@ pub fn domain_xml(spec: &VmSpec, accel: Accel) -> Result<String> {
         "  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>"
     );
     let _ = writeln!(x, "  <devices>");
-    if let Boot::Disk {
+    if let LaunchBoot::Disk {
         format, read_only, ..
     } = &spec.boot
     {
@@ -139,9 +139,10 @@ mod tests {
     #[test]
     fn every_nic_is_in_the_xml_in_order() {
         let mut v = lab_vm();
-        v.nics.push(crate::spec::Nic {
+        v.nics.push(crate::spec::LaunchNic {
             mac: "52:54:00:e2:e0:0b".parse().unwrap(),
             tap: "vm-demo1".into(),
+            ovn_port: "demo-1.node-a".into(),
         });
         let x = domain_xml(&v, Accel::Tcg).unwrap();
         assert_eq!(x.matches("<interface type='ethernet'>").count(), 2, "{x}");
@@ -158,7 +159,7 @@ mod tests {
     #[test]
     fn text_is_escaped() {
         let mut v = lab_vm();
-        v.boot = Boot::Kernel {
+        v.boot = LaunchBoot::Kernel {
             kernel: "/k".into(),
             initrd: None,
             cmdline: "console=ttyS0 roam.note=<a&'b'>".into(),
@@ -181,7 +182,7 @@ mod tests {
     #[test]
     fn disk_boot() {
         let mut v = lab_vm();
-        v.boot = Boot::Disk {
+        v.boot = LaunchBoot::Disk {
             image: "/images/d.qcow2".into(),
             format: "qcow2".into(),
             read_only: false,
@@ -201,7 +202,7 @@ mod tests {
             !x.contains("<readonly/>"),
             "a volume's disk is the VM's to write"
         );
-        v.boot = Boot::Disk {
+        v.boot = LaunchBoot::Disk {
             image: "/images/d.qcow2".into(),
             format: "qcow2".into(),
             read_only: true,

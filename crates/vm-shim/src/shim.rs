@@ -414,7 +414,8 @@ impl Shim {
             ))
         })?;
         let mut ports = vec![];
-        for (nic, port) in cfg.vm.nics.iter().zip(&cfg.ovn_ports) {
+        for nic in &cfg.vm.nics {
+            let port = &nic.ovn_port;
             let what = || format!("announce {} on {}", nic.mac, nic.tap);
             let ofport = net::ofport(&cfg.ovs_db, &nic.tap)
                 .await?
@@ -561,7 +562,7 @@ impl Shim {
             migration_uri,
             proxy,
             tap: cfg.vm.nics[0].tap.clone(),
-            ovn_port: cfg.ovn_ports[0].clone(),
+            ovn_port: cfg.vm.nics[0].ovn_port.clone(),
             nics: cfg
                 .plumbing()
                 .map(|(tap, port)| PreparedNic {

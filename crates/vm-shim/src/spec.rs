@@ -2,50 +2,15 @@
 
 use std::path::PathBuf;
 
-use roam_dhcp_opts::MacAddr;
-
 use crate::{Error, Result};
 
+/// A VM's boot source and NICs are the launch contract's own types: what the controller
+/// renders onto the shim's command line is what the shim runs.
+pub use roam_shim_api::launch::{LaunchBoot, LaunchNic};
 pub use roam_shim_api::limits::{MAX_MEMORY_MIB, MAX_NICS, MAX_VCPUS, MIN_MEMORY_MIB};
 use roam_shim_api::limits::{
     boot_path_problem, cmdline_problem, disk_format_problem, domain_name_problem,
 };
-
-/// How the guest boots.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Boot {
-    /// Direct kernel boot.
-    Kernel {
-        /// The kernel image.
-        kernel: PathBuf,
-        /// The initramfs, if any.
-        initrd: Option<PathBuf>,
-        /// The kernel command line.
-        cmdline: String,
-    },
-    /// Boot from a disk image (virtio disk).
-    Disk {
-        /// The image file.
-        image: PathBuf,
-        /// Its format: `qcow2` or `raw`.
-        format: String,
-        /// Read-only for the guest and QEMU: an image of the admin's store, shared by every
-        /// VM that boots it (and mounted read-only into the runner).
-        read_only: bool,
-    },
-}
-
-/// One network interface of the VM: a kernel tap that the node's OVS `br-int` carries as the
-/// interface's logical port. (On OVS's userspace datapath QEMU cannot open an OVS internal
-/// port.) The guest sees the NICs in the order given (`eth0`, `eth1`, …).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Nic {
-    /// The VM's MAC: the Address's, so the VM keeps it across migrations.
-    pub mac: MacAddr,
-    /// The tap device; must exist on the node before the domain starts (same name on a
-    /// migration's target).
-    pub tap: String,
-}
 
 /// One VM.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,9 +22,9 @@ pub struct VmSpec {
     /// Memory in MiB.
     pub memory_mib: u64,
     /// Boot source.
-    pub boot: Boot,
+    pub boot: LaunchBoot,
     /// Network interfaces, in the guest's order (1 to [`MAX_NICS`]).
-    pub nics: Vec<Nic>,
+    pub nics: Vec<LaunchNic>,
     /// File the serial console is appended to.
     pub serial_log: PathBuf,
 }
@@ -86,7 +51,7 @@ impl VmSpec {
             ));
         }
         match &self.boot {
-            Boot::Kernel {
+            LaunchBoot::Kernel {
                 kernel,
                 initrd,
                 cmdline,
@@ -101,7 +66,7 @@ impl VmSpec {
                     return bad(problem);
                 }
             }
-            Boot::Disk { image, format, .. } => {
+            LaunchBoot::Disk { image, format, .. } => {
                 if let Some(problem) = boot_path_problem("disk image", &image.display().to_string())
                 {
                     return bad(problem);
@@ -166,14 +131,15 @@ pub(crate) mod tests {
             name: "demo".into(),
             vcpus: 1,
             memory_mib: 256,
-            boot: Boot::Kernel {
+            boot: LaunchBoot::Kernel {
                 kernel: "/var/cache/roam/guest/vmlinuz".into(),
                 initrd: Some("/var/cache/roam/guest/initramfs.gz".into()),
                 cmdline: "console=ttyS0 quiet panic=-1".into(),
             },
-            nics: vec![Nic {
+            nics: vec![LaunchNic {
                 mac: "52:54:00:e2:e0:0a".parse().unwrap(),
                 tap: "vm-demo0".into(),
+                ovn_port: "demo.node-a".into(),
             }],
             serial_log: "/var/log/roam/demo.serial.log".into(),
         }
@@ -187,9 +153,10 @@ pub(crate) mod tests {
     #[test]
     fn several_nics_with_their_own_tap_and_mac_are_valid() {
         let mut v = lab_vm();
-        v.nics.push(Nic {
+        v.nics.push(LaunchNic {
             mac: "52:54:00:e2:e0:0b".parse().unwrap(),
             tap: "vm-demo1".into(),
+            ovn_port: "demo-1.node-a".into(),
         });
         v.validate().unwrap();
     }
@@ -239,7 +206,7 @@ pub(crate) mod tests {
             (Box::new(|v| v.serial_log = "serial.log".into()), "absolute"),
             (
                 Box::new(|v| {
-                    v.boot = Boot::Kernel {
+                    v.boot = LaunchBoot::Kernel {
                         kernel: "vmlinuz".into(),
                         initrd: None,
                         cmdline: String::new(),
@@ -249,7 +216,7 @@ pub(crate) mod tests {
             ),
             (
                 Box::new(|v| {
-                    v.boot = Boot::Disk {
+                    v.boot = LaunchBoot::Disk {
                         image: "/img.vmdk".into(),
                         format: "vmdk".into(),
                         read_only: false,
