@@ -141,6 +141,8 @@ pub struct Context {
     scope: Mutex<std::collections::HashMap<String, (bool, std::time::Instant)>>,
     /// Namespaces' labels (for the Networks' namespace selectors), and when each was read.
     namespace_labels: Mutex<std::collections::HashMap<String, (Labels, std::time::Instant)>>,
+    /// The VM controller's shim ports picked and not yet in a VM's status.
+    ports: Mutex<roam_core::vm::PortBook>,
 }
 
 /// A namespace's labels.
@@ -183,6 +185,7 @@ impl Context {
             node_identity: certs::ControllerIdentity::default(),
             scope: Mutex::default(),
             namespace_labels: Mutex::default(),
+            ports: Mutex::new(roam_core::vm::PortBook::new()),
         };
         (Arc::new(ctx), flips_rx)
     }

@@ -83,7 +83,7 @@ fn addresses_api(ctx: &Context) -> Api<Address> {
 }
 
 /// Top up the pools, reclaim, remove strays: for every valid Network.
-async fn refill(ctx: &Arc<Context>) -> Result<()> {
+pub(super) async fn refill(ctx: &Arc<Context>) -> Result<()> {
     let now = SystemTime::now();
     let work: Vec<(
         roam_core::network::NetworkPlan,

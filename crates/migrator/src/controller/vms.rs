@@ -42,9 +42,7 @@ use roam_core::claim::VM_LABEL;
 use roam_core::placement::{self, Need, NodeFacts, Taint};
 use roam_core::vm::readiness::{LAUNCHER_FAILING, condition, readiness, set_condition};
 use roam_core::vm::tap_name;
-use roam_core::vm::{
-    PortBook, VmNic, account_resets, interface_status, nics as vm_nics, resolve_vm_for,
-};
+use roam_core::vm::{VmNic, account_resets, interface_status, nics as vm_nics, resolve_vm_for};
 use roam_core::vm::{teardown, validate, volume};
 
 /// The label of a token Secret naming its VM's namespace.
@@ -456,8 +454,6 @@ async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
 
 /// Pick a free shim port: one no other VM uses.
 async fn allocate_port(ctx: &Context, vm: &VirtualMachine) -> Result<u16> {
-    /// Ports picked by this process and not yet in a status (see [`PortBook`]).
-    static PORTS: std::sync::Mutex<PortBook> = std::sync::Mutex::new(PortBook::new());
     let api: Api<VirtualMachine> = Api::all(ctx.client.clone());
     let used: BTreeMap<String, u16> = api
         .list(&ListParams::default())
@@ -472,7 +468,7 @@ async fn allocate_port(ctx: &Context, vm: &VirtualMachine) -> Result<u16> {
         .bytes()
         .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(b as u64));
     let span = (hi.saturating_sub(lo)) as u64 + 1;
-    PORTS
+    ctx.ports
         .lock()
         .expect("port book lock")
         .pick(&vm.uid().unwrap_or_default(), start % span, (lo, hi), &used)

@@ -5,6 +5,7 @@ mod access;
 mod certs;
 mod migrations;
 mod networks;
+mod operator;
 mod pods;
 mod vms;
 
