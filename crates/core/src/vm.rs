@@ -460,6 +460,7 @@ pub fn account_resets(
     (Some(record), new)
 }
 
+pub mod decide;
 pub mod readiness;
 pub mod teardown;
 pub mod validate;

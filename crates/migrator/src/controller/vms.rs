@@ -40,9 +40,10 @@ use roam_contract::keys::VM_FINALIZER;
 use roam_core::adoption::{Adoption, CREATING, Found, adoption};
 use roam_core::claim::VM_LABEL;
 use roam_core::placement::{self, Need, NodeFacts, Taint};
-use roam_core::vm::readiness::{LAUNCHER_FAILING, condition, readiness, set_condition};
+use roam_core::vm::decide::{self, Admit, requeue};
+use roam_core::vm::readiness::{condition, set_condition};
 use roam_core::vm::tap_name;
-use roam_core::vm::{VmNic, account_resets, interface_status, nics as vm_nics, resolve_vm_for};
+use roam_core::vm::{VmNic, interface_status, nics as vm_nics, resolve_vm_for};
 use roam_core::vm::{teardown, validate, volume};
 
 /// The label of a token Secret naming its VM's namespace.
@@ -505,68 +506,130 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
     }
     ctx.wait_synced().await;
     let mut st = vm.status.clone().unwrap_or_default();
-    if st.node.is_none() && st.pod.is_none() {
-        // nothing exists for it yet: a spec no retry can fix creates nothing
-        let problems = validate::problems(
+    let admit = decide::admit(&observe(&ctx, &vm, &st).await?);
+    if let Admit::Refuse {
+        reason,
+        message,
+        until_edited,
+    } = admit
+    {
+        let action = refuse(&ctx, &vm, st, reason, message).await?;
+        return Ok(if until_edited {
+            Action::await_change()
+        } else {
+            action
+        });
+    }
+    // before anything exists for it: a deleted VM is held until it is gone from every node
+    set_finalizer(&ctx, &vm, true).await?;
+    match admit {
+        Admit::Refuse { .. } | Admit::Start => {}
+        Admit::Migrate(value) => {
+            trigger_migration(&ctx, &vm, &value).await?;
+            return Ok(Action::requeue(requeue::MIGRATE));
+        }
+        Admit::HandOff => return Ok(Action::requeue(requeue::HAND_OFF)),
+        Admit::WaitForVolume(why) => {
+            wait_pending(&ctx, &vm, st, "VolumeNotReady", why).await?;
+            return Ok(Action::requeue(requeue::VOLUME));
+        }
+    }
+    let launched = match start(&ctx, &vm, &mut st).await? {
+        Started::Launched(l) => l,
+        Started::Wait(action) => return Ok(action),
+    };
+    let out = decide::outcome(&st, &launched, vm.metadata.generation, &now());
+    patch_status(&ctx, &vm, &out.status).await?;
+    for n in out.notes {
+        if n.reason == "GuestReset" {
+            tracing::warn!(vm = %vm_key(&vm), node = %launched.node, "the guest reset");
+        }
+        ctx.event(vm.object_ref(&()), n.warning, n.reason, n.action, n.message);
+    }
+    Ok(Action::requeue(out.requeue))
+}
+
+/// What [`decide::admit`] needs of a VM, read in the order the decision asks for it: its
+/// spec's problems while nothing exists for it, its Networks' refusal while no migration
+/// runs, its boot claim while it has no launcher pod.
+async fn observe(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    st: &VirtualMachineStatus,
+) -> Result<decide::Seen> {
+    let mut seen = decide::Seen {
+        key: vm_key(vm),
+        started: st.node.is_some() || st.pod.is_some(),
+        migrate_to: vm.annotations().get(MIGRATE_TO).cloned(),
+        migrating: st.migration.is_some(),
+        ..Default::default()
+    };
+    if !seen.started {
+        seen.problems = validate::problems(
             &vm.namespace().unwrap_or_default(),
             &vm.name_any(),
             &vm.spec,
             ctx.config.vm.image_root.as_deref(),
         );
-        if !problems.is_empty() {
-            let e = Error::invalid_vm(vm_key(&vm), problems.join("; "));
-            refuse(&ctx, &vm, st, e).await?;
-            // only an edit can fix it
-            return Ok(Action::await_change());
+        if !seen.problems.is_empty() {
+            return Ok(seen);
         }
     }
-    if st.migration.is_none()
-        && let Err(e) = may_use(&ctx, &vm).await
-    {
+    if !seen.migrating {
         // a Network that does not admit the VM's namespace, or the class an interface asks
         // for: nothing is claimed or created (the held interfaces of a running VM pass)
-        if e.is_bad_input() {
-            return refuse(&ctx, &vm, st, e).await;
+        match may_use(ctx, vm).await {
+            Ok(()) => {}
+            Err(e) if e.is_bad_input() => {
+                seen.refused = Some((e.reason(), e.to_string()));
+                return Ok(seen);
+            }
+            Err(e) => return Err(e),
         }
-        return Err(e);
-    }
-    // before anything exists for it: a deleted VM is held until it is gone from every node
-    set_finalizer(&ctx, &vm, true).await?;
-    if let Some(value) = vm.annotations().get(MIGRATE_TO).cloned() {
-        trigger_migration(&ctx, &vm, &value).await?;
-        return Ok(Action::requeue(Duration::from_millis(200)));
-    }
-    if st.migration.is_some() {
-        // the migration controller owns the VM's pods and status until it ends
-        return Ok(Action::requeue(Duration::from_secs(5)));
     }
     if st.pod.is_none()
-        && let Some((claim_name, claim)) = boot_claim(&ctx, &vm).await?
-        && let Some(why) = volume::not_ready(&claim_name, claim.as_ref())
+        && seen.migrate_to.is_none()
+        && !seen.migrating
+        && let Some((claim_name, claim)) = boot_claim(ctx, vm).await?
     {
-        // nothing is created until the tenant's volume is there and bound
-        return wait_for_volume(&ctx, &vm, st, why).await;
+        seen.volume_not_ready = volume::not_ready(&claim_name, claim.as_ref());
     }
-    let (node, node_ip) = match place(&ctx, &vm, &mut st).await {
+    Ok(seen)
+}
+
+/// How far [`start`] got.
+enum Started {
+    /// The launcher pod is there (and its runner): what it and its shim say.
+    Launched(decide::Launched),
+    /// Not yet (status written with the reason): look again then.
+    Wait(Action),
+}
+
+/// Place the VM, claim its Addresses, give it a shim port and its launcher pod (recorded in
+/// `st`), then ask its shim. Bad input on the way is refused (status and Event).
+async fn start(
+    ctx: &Arc<Context>,
+    vm: &VirtualMachine,
+    st: &mut VirtualMachineStatus,
+) -> Result<Started> {
+    let (node, node_ip) = match place(ctx, vm, st).await {
         Ok(Some(placed)) => placed,
-        Ok(None) => return Ok(Action::requeue(Duration::from_secs(5))),
-        Err(e) if e.is_bad_input() => return refuse(&ctx, &vm, st, e).await,
-        Err(e) => return Err(e),
+        Ok(None) => return Ok(Started::Wait(Action::requeue(Duration::from_secs(5)))),
+        Err(e) => return refuse_or(ctx, vm, st, e).await,
     };
     let pod_name = st
         .pod
         .clone()
         .unwrap_or_else(|| format!("{}-launcher", vm.name_any()));
-    let nics = match claim_addresses(&ctx, &vm, &node, &pod_name).await {
+    let nics = match claim_addresses(ctx, vm, &node, &pod_name).await {
         Ok(nics) => nics,
-        Err(e) if e.is_bad_input() => return refuse(&ctx, &vm, st, e).await,
-        Err(e) => return Err(e),
+        Err(e) => return refuse_or(ctx, vm, st, e).await,
     };
     let port = match st.shim_port {
         Some(p) => p,
-        None => allocate_port(&ctx, &vm).await?,
+        None => allocate_port(ctx, vm).await?,
     };
-    let token = token(&ctx, &vm).await?;
+    let token = token(ctx, vm).await?;
     let spec = LauncherSpec {
         pod: pod_name.clone(),
         node: &node,
@@ -578,84 +641,60 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
         port,
         token: &token,
     };
-    let pod = match ensure_launcher(&ctx, &vm, &mut st, &spec).await {
+    let pod = match ensure_launcher(ctx, vm, st, &spec).await {
         Ok(Launcher::Pod(p)) => *p,
-        Ok(Launcher::Replaced) => return Ok(Action::requeue(Duration::from_secs(1))),
+        Ok(Launcher::Replaced) => {
+            return Ok(Started::Wait(Action::requeue(Duration::from_secs(1))));
+        }
         Ok(Launcher::OverQuota(why)) => {
             let why = format!(
                 "the launcher pod, which requests the VM's CPU and memory, does not fit the \
                  namespace's quota: {why}"
             );
-            tracing::info!(vm = %vm_key(&vm), %why, "over quota");
-            wait_pending(&ctx, &vm, st, "QuotaExceeded", why).await?;
+            tracing::info!(vm = %vm_key(vm), %why, "over quota");
+            wait_pending(ctx, vm, st.clone(), "QuotaExceeded", why).await?;
             // a quota raised or freed is not watched: look again
-            return Ok(Action::requeue(Duration::from_secs(15)));
+            return Ok(Started::Wait(Action::requeue(Duration::from_secs(15))));
         }
         Ok(Launcher::InTheWay(why)) => {
-            tracing::warn!(vm = %vm_key(&vm), %why, "launcher pod in the way");
-            wait_pending(&ctx, &vm, st, "LauncherInTheWay", why).await?;
+            tracing::warn!(vm = %vm_key(vm), %why, "launcher pod in the way");
+            wait_pending(ctx, vm, st.clone(), "LauncherInTheWay", why).await?;
             // a tenant's pod is not watched: look again
-            return Ok(Action::requeue(Duration::from_secs(10)));
+            return Ok(Started::Wait(Action::requeue(Duration::from_secs(10))));
         }
-        Err(e) if e.is_bad_input() => return refuse(&ctx, &vm, st, e).await,
-        Err(e) => return Err(e),
+        Err(e) => return refuse_or(ctx, vm, st, e).await,
     };
     // a runner whose launcher pod is gone (deleted by anyone) goes too: the VM runs only
     // while its pod, which holds its requests, does
-    launchers::sweep(&ctx, &vm).await?;
-    st.node = Some(node.clone());
-    st.pod = Some(pod_name.clone());
-    st.shim_port = Some(port);
-    st.observed_generation = vm.metadata.generation;
-    st.interfaces = interface_status(&nics);
-    let (domain_running, new_resets) = if pod_running(&pod) {
-        observe_shim(&ctx, &vm, &spec, &token, &mut st).await?
+    launchers::sweep(ctx, vm).await?;
+    let shim = if pod_running(&pod) {
+        ask_shim(ctx, vm, &spec, &token).await?
     } else {
-        (false, 0)
+        None
     };
-    let was = st.phase;
-    let trouble = launcher_trouble(&pod);
-    let r = readiness(
-        &node,
-        &pod_name,
-        pod_failed(&pod),
-        domain_running,
-        trouble.as_deref(),
-    );
-    st.phase = r.phase;
-    let was_failing = st
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.reason == LAUNCHER_FAILING);
-    set_condition(
-        &mut st.conditions,
-        condition(
-            "Ready",
-            r.ready,
-            r.reason,
-            &r.message,
-            vm.metadata.generation,
-            &now(),
-        ),
-    );
-    patch_status(&ctx, &vm, &st).await?;
-    tell(&ctx, &vm, &st, was, new_resets);
-    if r.reason == LAUNCHER_FAILING && !was_failing {
-        // what keeps the VM from starting (a refused disk image, a crashing container), once
-        // as it begins: the condition follows it from there
-        ctx.event(
-            vm.object_ref(&()),
-            true,
-            LAUNCHER_FAILING,
-            "Start",
-            r.message.clone(),
-        );
-    }
-    Ok(Action::requeue(if r.ready {
-        Duration::from_secs(30)
-    } else {
-        Duration::from_secs(1)
+    Ok(Started::Launched(decide::Launched {
+        node,
+        pod: pod_name,
+        port,
+        interfaces: interface_status(&nics),
+        pod_failed: pod_failed(&pod),
+        trouble: launcher_trouble(&pod),
+        shim,
     }))
+}
+
+/// Bad input refused as the VM's (status and Event); any other error retried with backoff.
+async fn refuse_or(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    st: &VirtualMachineStatus,
+    e: Error,
+) -> Result<Started> {
+    if !e.is_bad_input() {
+        return Err(e);
+    }
+    let action = refuse(ctx, vm, st.clone(), e.reason(), e.to_string()).await?;
+    Ok(Started::Wait(action))
 }
 
 /// The VM's node — where it runs, else the requested one, else the one
@@ -888,67 +927,27 @@ async fn record_pod(
     Ok(())
 }
 
-/// Ask the VM's shim: whether its domain runs, and how many guest resets are new (counted
-/// into `st`). A shim that does not answer yet is a domain not running.
-async fn observe_shim(
+/// Ask the VM's shim whether its domain runs and how many guest resets it counted; `None`
+/// while it does not answer (a domain not running yet).
+async fn ask_shim(
     ctx: &Context,
     vm: &VirtualMachine,
     spec: &LauncherSpec<'_>,
     token: &str,
-    st: &mut VirtualMachineStatus,
-) -> Result<(bool, u64)> {
+) -> Result<Option<(bool, u64)>> {
     match client(ctx, vm, spec.node, spec.node_ip, spec.port, token)
         .await?
         .status()
         .await
     {
-        Ok(s) => {
-            let (record, new) = account_resets(st.guest_resets.as_ref(), &spec.pod, s.resets);
-            st.guest_resets = record;
-            Ok((s.domain == DomainState::Running, new))
-        }
+        Ok(s) => Ok(Some((s.domain == DomainState::Running, s.resets))),
         Err(e) => {
             tracing::debug!(vm = %vm_key(vm), error = %e, "shim not answering yet");
-            Ok((false, 0))
+            Ok(None)
         }
     }
 }
 
-/// Events for what changed: guest resets (a Warning: what ran in it is gone) and Running.
-fn tell(
-    ctx: &Context,
-    vm: &VirtualMachine,
-    st: &VirtualMachineStatus,
-    was: VmPhase,
-    new_resets: u64,
-) {
-    let node = st.node.as_deref().unwrap_or_default();
-    if new_resets > 0 {
-        let total = st.guest_resets.as_ref().map_or(new_resets, |r| r.total);
-        tracing::warn!(vm = %vm_key(vm), %node, new_resets, total, "the guest reset");
-        ctx.event(
-            vm.object_ref(&()),
-            true,
-            "GuestReset",
-            "Observe",
-            format!(
-                "the guest on {node} reset {} ({total} in all): it rebooted, panicked (panic=N) or was reset from outside, and what ran in it is gone; its console log says why",
-                if new_resets == 1 { "once".to_string() } else { format!("{new_resets} times") }
-            ),
-        );
-    }
-    if was != VmPhase::Running && st.phase == VmPhase::Running {
-        ctx.event(
-            vm.object_ref(&()),
-            false,
-            "Running",
-            "Start",
-            format!("runs on {node}"),
-        );
-    }
-}
-
-/// Bad input: Failed with the reason in status and a Warning Event; nothing created.
 /// The claim of a VM that boots from a volume (`boot.volume`), as read now: its name, and
 /// its phase and access modes (`None`: no such claim). `None`: the VM boots from no volume.
 pub(super) async fn boot_claim(
@@ -965,18 +964,6 @@ pub(super) async fn boot_claim(
         access_modes: c.spec.and_then(|s| s.access_modes).unwrap_or_default(),
     });
     Ok(Some((claim_name.clone(), claim)))
-}
-
-/// A VM whose boot volume is not there yet: Pending with the reason (condition, and an Event
-/// when the reason is new), looked at again shortly.
-async fn wait_for_volume(
-    ctx: &Context,
-    vm: &VirtualMachine,
-    st: VirtualMachineStatus,
-    why: String,
-) -> Result<Action> {
-    wait_pending(ctx, vm, st, "VolumeNotReady", why).await?;
-    Ok(Action::requeue(Duration::from_secs(5)))
 }
 
 /// Pending with `reason` and `why` in the Ready condition, and a Warning Event when `why` is
@@ -1004,13 +991,15 @@ async fn wait_pending(
     Ok(())
 }
 
+/// Bad input: Failed with the reason in status and a Warning Event (once per message);
+/// nothing created.
 async fn refuse(
     ctx: &Context,
     vm: &VirtualMachine,
     mut st: VirtualMachineStatus,
-    e: Error,
+    reason: &str,
+    msg: String,
 ) -> Result<Action> {
-    let msg = e.to_string();
     tracing::warn!(vm = %vm_key(vm), error = %msg, "vm refused");
     let had = st
         .conditions
@@ -1019,20 +1008,13 @@ async fn refuse(
     st.phase = VmPhase::Failed;
     set_condition(
         &mut st.conditions,
-        condition(
-            "Ready",
-            false,
-            e.reason(),
-            &msg,
-            vm.metadata.generation,
-            &now(),
-        ),
+        condition("Ready", false, reason, &msg, vm.metadata.generation, &now()),
     );
     patch_status(ctx, vm, &st).await?;
     if !had {
-        ctx.event(vm.object_ref(&()), true, e.reason(), "Start", msg);
+        ctx.event(vm.object_ref(&()), true, reason, "Start", msg);
     }
-    Ok(Action::requeue(Duration::from_secs(10)))
+    Ok(Action::requeue(requeue::REFUSED))
 }
 
 /// A migration request that creates nothing: a Warning Event and the VM's
