@@ -3,6 +3,7 @@
 //! attach to it in [`access`].
 
 pub mod access;
+pub mod decide;
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -392,6 +393,23 @@ pub struct NetworkRange {
     pub created: String,
     /// Its subnet.
     pub subnet: Ipv4Net,
+}
+
+impl NetworkRange {
+    /// Network `n`'s range (`None`: no name, or a subnet that does not parse, which its
+    /// validation refuses).
+    pub fn of(n: &roam_api::Network) -> Option<NetworkRange> {
+        Some(NetworkRange {
+            name: n.metadata.name.clone()?,
+            created: n
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default(),
+            subnet: n.spec.subnet.parse::<Ipv4Net>().ok()?.trunc(),
+        })
+    }
 }
 
 fn overlaps(a: &Ipv4Net, b: &Ipv4Net) -> bool {

@@ -16,10 +16,8 @@ use serde_json::json;
 
 use super::{Context, NETWORK_LABEL, ovn};
 use crate::error::{Error, Result};
-use roam_api::{Address, Network, NetworkMode, TransitAddress};
-use roam_core::network::{
-    NetworkPlan, NetworkRange, assign_transit, in_use_changes, overlapping, validate_network,
-};
+use roam_api::{Address, Network, TransitAddress};
+use roam_core::network::{NetworkRange, decide, overlapping};
 
 pub(super) async fn run(ctx: Arc<Context>) {
     loop {
@@ -48,99 +46,38 @@ pub(super) async fn pass(ctx: &Arc<Context>) -> Result<()> {
     }
     let api: Api<Network> = Api::all(ctx.client.clone());
     let all = api.list(&ListParams::default()).await?;
-    let ranges: Vec<NetworkRange> = all
-        .items
-        .iter()
-        .filter_map(|n| {
-            Some(NetworkRange {
-                name: n.metadata.name.clone()?,
-                created: n
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .map(|t| t.0.to_string())
-                    .unwrap_or_default(),
-                subnet: n
-                    .spec
-                    .subnet
-                    .parse::<roam_dhcp_opts::Ipv4Net>()
-                    .ok()?
-                    .trunc(),
-            })
-        })
-        .collect();
-    let mut refused: BTreeMap<String, Error> = overlapping(&ranges)
-        .into_iter()
-        .map(|(name, e)| (name, e.into()))
-        .collect();
+    // overlaps are judged on a direct LIST, never the watch's cache
+    let ranges: Vec<NetworkRange> = all.items.iter().filter_map(NetworkRange::of).collect();
+    let mut overlaps: BTreeMap<String, roam_core::Error> =
+        overlapping(&ranges).into_iter().collect();
     let mut plans = BTreeMap::new();
     for (name, obj) in &objects {
-        let result = validate_network(name, &obj.spec)
-            .map_err(Error::from)
-            .and_then(|plan| match refused.remove(name) {
-                Some(e) => Err(e),
-                None => Ok(plan),
-            });
-        // an edit that held Addresses cannot follow is refused; the served spec stays
-        let (result, in_use) = match result {
-            Ok(plan) => {
-                let (plan, refusal) = guard_in_use(ctx, name, obj, plan).await?;
-                (Ok(plan), refusal)
-            }
-            Err(e) => (Err(e), None),
+        let held = if decide::counts_held(name, &obj.spec, obj.status.as_ref()) {
+            held_addresses(ctx, name).await?
+        } else {
+            0
         };
-        let result = match result {
-            Ok(plan) if plan.mode == NetworkMode::Overlay => {
-                let existing = obj
-                    .status
-                    .as_ref()
-                    .map(|s| s.transit.clone())
-                    .unwrap_or_default();
-                match assign_transit(&plan, &existing, &nodes) {
-                    Ok(Some(transit)) => {
-                        write_transit(ctx, obj, transit).await?;
-                        Ok(plan)
-                    }
-                    Ok(None) => Ok(plan),
-                    Err(e) => Err(e.into()),
-                }
-            }
-            other => other,
-        };
-        match (result, in_use) {
-            (Ok(plan), Some(e)) => {
-                tracing::warn!(network = %name, error = %e, "network edit refused; serving the previous spec");
-                ctx.metrics.count("network_errors", e.reason());
-                set_ready(ctx, obj, false, e.reason(), e.to_string()).await?;
-                plans.insert(name.clone(), plan);
-            }
-            (Ok(plan), None) => {
-                if obj.status.as_ref().and_then(|s| s.served.as_ref()) != Some(&obj.spec) {
-                    write_served(ctx, obj).await?;
-                }
-                set_ready(
-                    ctx,
-                    obj,
-                    true,
-                    "Valid",
-                    format!(
-                        "{:?} network {} gateway {}, {} per node in the warm pool; {}",
-                        plan.mode,
-                        plan.subnet(),
-                        plan.gateway(),
-                        plan.pool_size,
-                        plan.access.describe()
-                    ),
-                )
-                .await?;
-                plans.insert(name.clone(), plan);
-            }
-            // every refusal of roam-core's, bad input or a transit network that is full
-            (Err(e), _) => {
-                tracing::warn!(network = %name, error = %e, "network refused");
-                ctx.metrics.count("network_errors", e.reason());
-                set_ready(ctx, obj, false, e.reason(), e.to_string()).await?;
-            }
+        let d = decide::decide(decide::View {
+            name,
+            spec: &obj.spec,
+            status: obj.status.as_ref(),
+            overlap: overlaps.remove(name.as_str()),
+            held,
+            nodes: &nodes,
+        });
+        if let Some(transit) = d.transit {
+            write_transit(ctx, obj, transit).await?;
+        }
+        if d.record_served {
+            write_served(ctx, obj).await?;
+        }
+        if !d.ready.ok {
+            tracing::warn!(network = %name, error = %d.ready.message, served = d.serve.is_some(), "network refused");
+            ctx.metrics.count("network_errors", d.ready.reason);
+        }
+        set_ready(ctx, obj, d.ready.ok, d.ready.reason, d.ready.message).await?;
+        if let Some(plan) = d.serve {
+            plans.insert(name.clone(), plan);
         }
     }
     let before: BTreeSet<String> = ctx
@@ -165,52 +102,17 @@ pub(super) async fn pass(ctx: &Arc<Context>) -> Result<()> {
     Ok(())
 }
 
-/// `plan` (of the Network's spec) when it may be served, else the plan of the spec served
-/// so far with the refusal to report: the edit changes what held Addresses depend on
-/// ([`in_use_changes`]). The Addresses are counted on a direct LIST (authoritative, and the
-/// cache may not hold a Network's Addresses yet after a restart).
-async fn guard_in_use(
-    ctx: &Context,
-    name: &str,
-    obj: &Network,
-    plan: NetworkPlan,
-) -> Result<(NetworkPlan, Option<Error>)> {
-    let Some(served_spec) = obj.status.as_ref().and_then(|s| s.served.as_ref()) else {
-        return Ok((plan, None));
-    };
-    if served_spec == &obj.spec {
-        return Ok((plan, None));
-    }
-    // a served spec that no longer validates (a rule added since) cannot be kept
-    let Ok(served) = validate_network(name, served_spec) else {
-        return Ok((plan, None));
-    };
-    let fields = in_use_changes(&served, &plan);
-    if fields.is_empty() {
-        return Ok((plan, None));
-    }
+/// How many of Network `name`'s Addresses a workload holds, counted on a direct LIST
+/// (authoritative: the cache may not hold a Network's Addresses yet after a restart).
+async fn held_addresses(ctx: &Context, name: &str) -> Result<usize> {
     let api: Api<Address> = Api::all(ctx.client.clone());
-    let held = api
+    Ok(api
         .list(&ListParams::default().labels(&format!("{NETWORK_LABEL}={name}")))
         .await?
         .items
         .iter()
         .filter(|a| a.spec.reserved || a.spec.owner.is_some())
-        .count();
-    if held == 0 {
-        return Ok((plan, None));
-    }
-    let refusal = Error::from(roam_core::Error::ImmutableWhileInUse {
-        network: name.into(),
-        fields: fields.join(", "),
-        held,
-    });
-    // who may attach is nothing held Addresses depend on: the edit's rules apply at once
-    let served = NetworkPlan {
-        access: plan.access,
-        ..served
-    };
-    Ok((served, Some(refusal)))
+        .count())
 }
 
 /// Record the Network's spec as the one served.
