@@ -170,11 +170,11 @@ impl Index {
         }
     }
 
-    /// How long since this controller last saw `name` change.
-    pub fn still_for(&self, name: &str) -> std::time::Duration {
+    /// How long, at `now`, since this controller last saw `name` change.
+    pub fn still_for(&self, name: &str, now: std::time::Instant) -> std::time::Duration {
         self.changed
             .get(name)
-            .map(|t| t.elapsed())
+            .map(|t| now.saturating_duration_since(*t))
             .unwrap_or(std::time::Duration::MAX)
     }
 

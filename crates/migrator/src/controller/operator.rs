@@ -59,7 +59,7 @@ pub(super) async fn run(ctx: Arc<Context>) {
             continue;
         }
         last_sweep = Instant::now();
-        if let Err(e) = sweep(&ctx).await {
+        if let Err(e) = sweep(&ctx, Instant::now()).await {
             tracing::warn!(error = %e, "sweep failed");
         }
         write_counts(&ctx).await;
@@ -190,8 +190,9 @@ pub(super) async fn refill(ctx: &Arc<Context>) -> Result<()> {
     Ok(())
 }
 
-/// Soft-delete the Addresses of workloads that are gone; hand back double claims.
-async fn sweep(ctx: &Arc<Context>) -> Result<()> {
+/// Soft-delete the Addresses of workloads that are gone (still at `now` for a moment);
+/// hand back double claims.
+pub(super) async fn sweep(ctx: &Arc<Context>, now: Instant) -> Result<()> {
     let Some(store) = ctx.pods.store() else {
         return Ok(());
     };
@@ -213,7 +214,7 @@ async fn sweep(ctx: &Arc<Context>) -> Result<()> {
                 orphans(&refs, &live)
                     .into_iter()
                     .filter(|a| {
-                        idx.still_for(a.metadata.name.as_deref().unwrap_or_default())
+                        idx.still_for(a.metadata.name.as_deref().unwrap_or_default(), now)
                             > Duration::from_secs(2)
                     })
                     .map(|a| Arc::new(a.clone())),

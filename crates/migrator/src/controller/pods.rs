@@ -95,6 +95,11 @@ impl State {
     }
 
     /// The pod watch's cache, once the pod controller runs.
+    /// The pod watch's cache, from now on.
+    pub(crate) fn set_store(&self, store: Store<Pod>) {
+        *self.store.lock().expect("pods lock") = Some(store);
+    }
+
     pub(crate) fn store(&self) -> Option<Store<Pod>> {
         self.store.lock().expect("pods lock").clone()
     }
@@ -107,7 +112,7 @@ pub(super) async fn run(ctx: Arc<Context>) {
     };
     let controller = Controller::new(api, watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(ctx.config.concurrency));
-    *ctx.pods.store.lock().expect("pods lock") = Some(controller.store());
+    ctx.pods.set_store(controller.store());
     let retry = Retry::new("pod_errors");
     let policy = retry.clone();
     controller
