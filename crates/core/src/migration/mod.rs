@@ -31,6 +31,7 @@
 //! A migration never ends while the guest's location is unknown, so it never ends with the
 //! Addresses at the wrong node.
 
+pub mod end;
 pub mod observe;
 pub mod validate;
 

@@ -389,7 +389,10 @@ impl ApiServerVerifier {
     pub(super) fn put<K: serde::Serialize>(&self, obj: &K) {
         let mut v = serde_json::to_value(obj).expect("an object");
         let mut st = self.state.lock().expect("server state");
-        match v["metadata"]["resourceVersion"].as_str().map(str::parse::<u64>) {
+        match v["metadata"]["resourceVersion"]
+            .as_str()
+            .map(str::parse::<u64>)
+        {
             // later writes get later versions, as on an API server
             Some(Ok(rv)) => st.rv = st.rv.max(rv),
             _ => v["metadata"]["resourceVersion"] = json!(st.next_rv()),

@@ -10,7 +10,6 @@ mod tasks;
 mod writes;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -26,7 +25,7 @@ use super::{Context, vms};
 use crate::error::Result;
 use roam_api::{VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus, VmPhase};
 use roam_core::migration::validate::{accept, target_not_ready, target_unfit};
-use roam_core::migration::{Decision, Observed, Phase, step};
+use roam_core::migration::{Decision, Observed, Phase, end, step};
 use roam_core::placement;
 use run::Run;
 use tasks::Local;
@@ -203,43 +202,33 @@ async fn record(
     if d.reason.is_some() {
         st.reason = d.reason.clone();
     }
-    let terminal = st.phase.is_terminal();
-    if terminal {
+    if let Some(back) = end::hand_back(&st) {
         // its tasks end with it: none may act on the VM's next migration
         local.end(&key);
         st.completion_time.get_or_insert_with(now);
         if let Some(vm) = vm.filter(|v| names(Some(v), m)) {
-            let (node, pod) = match st.phase {
-                Phase::Succeeded => (&st.target_node, &st.target_pod),
-                _ => (&st.source_node, &st.source_pod),
-            };
-            let mut back = json!({"migration": null, "phase": VmPhase::Running});
-            if let (Some(node), Some(pod)) = (node, pod) {
-                back["node"] = json!(node);
-                back["pod"] = json!(pod);
+            let mut patch = json!({"migration": null, "phase": VmPhase::Running});
+            if let Some((node, pod)) = back.at {
+                patch["node"] = json!(node);
+                patch["pod"] = json!(pod);
             }
             if st.phase == Phase::Succeeded {
-                back["podUID"] = json!(st.target_pod_uid);
+                patch["podUID"] = json!(back.pod_uid);
             }
-            patch_vm_status(ctx, vm, back).await?;
+            patch_vm_status(ctx, vm, patch).await?;
         }
     }
     if was != st.phase {
         tell(ctx, m, vm, &st, was).await;
     }
     patch_status(ctx, m, &st).await?;
-    if !terminal {
-        // the fast paths are woken by the tasks; this is the fallback (and the progress refresh)
-        return Ok(KAction::requeue(Duration::from_millis(500)));
-    }
-    if m.metadata.deletion_timestamp.is_some() || d.actions.is_empty() {
+    let next = end::next(d, m.metadata.deletion_timestamp.is_some());
+    if next.release {
         set_finalizer(ctx, m, false).await?;
     }
-    Ok(if d.actions.is_empty() {
-        KAction::await_change()
-    } else {
-        KAction::requeue(Duration::from_millis(300))
-    })
+    Ok(next
+        .requeue
+        .map_or_else(KAction::await_change, KAction::requeue))
 }
 
 /// A phase change: logged, and an Event on the migration and on the VM. At the end the

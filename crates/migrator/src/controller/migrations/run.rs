@@ -30,7 +30,9 @@ use roam_core::migration::observe::{
     give_up_after, guest_at, guest_on_target, is_shim_of, job, live, pod_running, record_landing,
     record_progress, record_target_trouble, target_pod_state, timed_out, unrecorded_job,
 };
-use roam_core::migration::{Action, Decision, GuestAt, Job, Observed, Phase, PodState, PortsAt};
+use roam_core::migration::{
+    Action, Decision, GuestAt, Job, Observed, Phase, PodState, PortsAt, end,
+};
 use roam_core::vm::{
     Placement, When, activated_on_target, moves, nics_of_addresses, ports_at, ports_on,
 };
@@ -522,16 +524,9 @@ impl Run {
         if d.phase.is_terminal() {
             // no task may act on the VM once it settled
             self.local.end(&self.key);
-            let when = if d.phase == Phase::Succeeded {
-                Some(When::Succeeded { source_pod: false })
-            } else if o.guest == GuestAt::Source {
-                Some(When::RolledBack)
-            } else {
-                None
-            };
-            if let Some(when) = when {
-                self.apply(when).await?;
-            }
+        }
+        if let Some(when) = end::ports_at_end(d, o.guest) {
+            self.apply(when).await?;
         }
         Ok(())
     }

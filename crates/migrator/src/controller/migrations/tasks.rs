@@ -12,9 +12,9 @@ use futures::channel::mpsc;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
+use roam_core::migration::end::{OnSourceEvent, on_source_event};
 use roam_shim_api::api::DomainState;
 use roam_shim_api::client::ShimClient;
-use roam_shim_api::events::Lifecycle;
 use serde_json::json;
 use tokio::task::AbortHandle;
 
@@ -285,8 +285,8 @@ pub(super) fn spawn_switchover(
             let mut done = false;
             for e in evs {
                 seq = seq.max(e.seq);
-                match e.kind {
-                    Lifecycle::SuspendedForMigration | Lifecycle::SuspendedForPostCopy => {
+                match on_source_event(e.kind) {
+                    OnSourceEvent::Switch => {
                         // the switch: the target announces the VM's NICs now, so that OVN
                         // activates its ports there before QEMU resumes the guest (else the
                         // guest's own RARP does, after it resumes)
@@ -317,13 +317,8 @@ pub(super) fn spawn_switchover(
                             );
                         }
                     }
-                    Lifecycle::MigratedAway
-                    | Lifecycle::Resumed
-                    | Lifecycle::Stopped
-                    | Lifecycle::Failed => {
-                        done = true;
-                    }
-                    _ => {}
+                    OnSourceEvent::Settled => done = true,
+                    OnSourceEvent::Nothing => {}
                 }
             }
             if done {
