@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::time::SystemTime;
 
 use roam_contract::annotation::{InterfaceRequest, Mode, PodAddress, parse_interfaces};
-use roam_contract::keys::INTERFACES;
+use roam_contract::keys::{INTERFACES, NETWORK_LABEL, POD_ANNOTATION};
 use roam_contract::mac_for_ip;
 use roam_dhcp_opts::MacAddr;
 use roam_network::topology::{mobile_port_name, overlay_port_name, vlan_port_name};
@@ -401,6 +401,75 @@ pub fn claimed(spec: &AddressSpec, owner: &str, node: &str, r: &Resolved<'_>) ->
         s.mac = mac.to_string();
     }
     s
+}
+
+/// What a claim [`Step`] writes.
+#[derive(Clone, Debug)]
+pub enum Write {
+    /// Nothing: the owner's Address already says so, and names this pod.
+    Nothing,
+    /// Replace the Address (resourceVersion precondition) with this one. `moving`: it moves
+    /// here from another host, and its OVN port follows the written host only, never a write
+    /// that may still lose its race.
+    Replace {
+        /// The Address to write.
+        address: Box<Address>,
+        /// It moves from another host.
+        moving: bool,
+    },
+    /// Create this Address (its creation is the lock on the IP).
+    Create(Box<Address>),
+}
+
+/// What `step` writes for interface `r` of `pod` (owner `owner`) on `node`: the claimed
+/// Address, recording the pod ([`POD_ANNOTATION`]). `current`: the Address the step names, as
+/// last seen (`None` when it is gone: decide again).
+pub fn write_for(
+    step: &Step,
+    current: Option<&Address>,
+    pod: &str,
+    owner: &str,
+    node: &str,
+    r: &Resolved<'_>,
+) -> Option<Write> {
+    let mut write = match (step, current) {
+        (Step::Reuse { .. } | Step::Claim { .. }, Some(cur)) => {
+            let reuse = matches!(step, Step::Reuse { .. });
+            let spec = claimed(&cur.spec, owner, node, r);
+            let recorded = cur
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(POD_ANNOTATION))
+                .map(String::as_str)
+                == Some(pod);
+            if reuse && spec == cur.spec && recorded {
+                return Some(Write::Nothing);
+            }
+            let mut next = cur.clone();
+            next.spec = spec;
+            Write::Replace {
+                address: Box::new(next),
+                moving: reuse && cur.spec.host.as_deref().is_some_and(|h| h != node),
+            }
+        }
+        (Step::Create { ip, mac }, _) => {
+            let mut a = Address::new(
+                &new_address_name(r.network, *ip),
+                claimed(&pool_address(r.network, *ip, *mac, node), owner, node, r),
+            );
+            a.metadata.labels = Some([(NETWORK_LABEL.to_string(), r.network.name.clone())].into());
+            Write::Create(Box::new(a))
+        }
+        _ => return None,
+    };
+    if let Write::Replace { address: a, .. } | Write::Create(a) = &mut write {
+        a.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(POD_ANNOTATION.into(), pod.into());
+    }
+    Some(write)
 }
 
 /// `spec` soft-deleted at `now`: its workload went away; kept for the owner until the grace

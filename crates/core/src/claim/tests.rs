@@ -517,3 +517,71 @@ fn a_default_interface_takes_the_one_network_that_admits_its_namespace() {
     .unwrap();
     assert_eq!(r[0].network.name, "ovl");
 }
+
+#[test]
+fn a_claim_writes_only_what_changes_and_records_the_pod() {
+    let nets = [net()];
+    let r = one(&nets, None);
+    let recorded = |a: &Address| {
+        a.metadata
+            .annotations
+            .as_ref()
+            .and_then(|m| m.get(POD_ANNOTATION))
+            .cloned()
+    };
+    // the owner's Address, already claimed here for this pod: nothing to write
+    let mut mine = addr("node-a", 20, Some("ns:p"));
+    mine.spec = claimed(&mine.spec, "ns:p", "node-a", &r);
+    mine.metadata.annotations = Some([(POD_ANNOTATION.to_string(), "ns/p".to_string())].into());
+    let reuse = Step::Reuse {
+        name: mine.metadata.name.clone().unwrap(),
+    };
+    assert!(matches!(
+        write_for(&reuse, Some(&mine), "ns/p", "ns:p", "node-a", &r),
+        Some(Write::Nothing)
+    ));
+    // the same owner back on node-b: it moves there
+    match write_for(&reuse, Some(&mine), "ns/p2", "ns:p", "node-b", &r) {
+        Some(Write::Replace { address, moving }) => {
+            assert!(moving);
+            assert_eq!(address.spec.host.as_deref(), Some("node-b"));
+            assert_eq!(recorded(&address).as_deref(), Some("ns/p2"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // a pool Address: claimed in place, not a move
+    let free = addr("node-a", 21, None);
+    let claim = Step::Claim {
+        name: free.metadata.name.clone().unwrap(),
+    };
+    match write_for(&claim, Some(&free), "ns/p", "ns:p", "node-a", &r) {
+        Some(Write::Replace { address, moving }) => {
+            assert!(!moving);
+            assert!(address.spec.reserved && address.spec.owner.as_deref() == Some("ns:p"));
+            assert_eq!(recorded(&address).as_deref(), Some("ns/p"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // gone from the index meanwhile: decide again
+    assert!(write_for(&claim, None, "ns/p", "ns:p", "node-a", &r).is_none());
+    // a new Address: labelled with its Network, the pod recorded
+    let ip = Ipv4Addr::new(100, 64, 0, 30);
+    let create = Step::Create {
+        ip,
+        mac: mac_for_ip(ip),
+    };
+    match write_for(&create, None, "ns/p", "ns:p", "node-a", &r) {
+        Some(Write::Create(a)) => {
+            assert_eq!(a.spec.ip, "100.64.0.30");
+            assert_eq!(
+                a.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(NETWORK_LABEL)),
+                Some(&"ovl".to_string())
+            );
+            assert_eq!(recorded(&a).as_deref(), Some("ns/p"));
+        }
+        other => panic!("{other:?}"),
+    }
+}

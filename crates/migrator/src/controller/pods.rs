@@ -26,13 +26,12 @@ use roam_contract::keys::ADDRESSES;
 use serde_json::json;
 
 use super::retry::{Retry, object_key};
-use super::{Context, ERROR_ANNOTATION, NETWORK_LABEL, POD_ANNOTATION, Tentative, ovn};
+use super::{Context, ERROR_ANNOTATION, POD_ANNOTATION, Tentative, ovn};
 use crate::error::{Error, Result};
 use roam_api::Address;
 use roam_contract::owner::refs_of;
 use roam_core::claim::{
-    Resolved, Step, claimed, decide, new_address_name, owner_key, pod_addresses, pool_address,
-    resolve_for,
+    Resolved, Step, Write, decide, owner_key, pod_addresses, resolve_for, write_for,
 };
 
 /// The owner key of a pod that holds addresses now: scheduled, not host-network, not
@@ -415,47 +414,26 @@ async fn claim_pipelined(
             });
             (step, current, held)
         };
+        if let (Step::Reuse { name }, Some(cur)) = (&step, &current)
+            && let Some(holder) = holder_elsewhere(ctx, cur, pod, owner, node)
+        {
+            return Err(Error::HeldElsewhere {
+                pod: pod.into(),
+                address: name.clone(),
+                holder,
+                host: cur.spec.host.clone().unwrap_or_default(),
+            });
+        }
         // an Address moving to this node (its owner came back elsewhere) is not shown to the
-        // OVN syncer before its write succeeds: its route must follow the written host (the
-        // route controller's fast flip), never a claim that may still lose its race
-        let mut moving = false;
-        let mut obj = match (&step, current) {
-            (Step::Reuse { .. } | Step::Claim { .. }, Some(cur)) => {
-                moving = matches!(step, Step::Reuse { .. })
-                    && cur.spec.host.as_deref().is_some_and(|h| h != node);
-                if let Step::Reuse { name } = &step
-                    && let Some(holder) = holder_elsewhere(ctx, &cur, pod, owner, node)
-                {
-                    return Err(Error::HeldElsewhere {
-                        pod: pod.into(),
-                        address: name.clone(),
-                        holder,
-                        host: cur.spec.host.clone().unwrap_or_default(),
-                    });
-                }
-                let spec = claimed(&cur.spec, owner, node, r);
-                let recorded =
-                    cur.annotations().get(POD_ANNOTATION).map(String::as_str) == Some(pod);
-                if matches!(step, Step::Reuse { .. }) && spec == cur.spec && recorded {
-                    return Ok((cur, None));
-                }
-                let mut next = (*cur).clone();
-                next.spec = spec;
-                next
-            }
-            (Step::Create { ip, mac }, _) => {
-                let mut a = Address::new(
-                    &new_address_name(r.network, *ip),
-                    claimed(&pool_address(r.network, *ip, *mac, node), owner, node, r),
-                );
-                a.metadata.labels =
-                    Some([(NETWORK_LABEL.to_string(), r.network.name.clone())].into());
-                a
-            }
-            _ => continue,
+        // OVN syncer before its write succeeds: its port must follow the written host, never
+        // a claim that may still lose its race
+        let (obj, moving) = match write_for(&step, current.as_deref(), pod, owner, node, r) {
+            Some(Write::Nothing) => return Ok((current.expect("a reuse"), None)),
+            Some(Write::Replace { address, moving }) => (*address, moving),
+            Some(Write::Create(address)) => (*address, false),
+            // gone from the index meanwhile: decide again
+            None => continue,
         };
-        obj.annotations_mut()
-            .insert(POD_ANNOTATION.into(), pod.into());
         let name = obj.metadata.name.clone().unwrap_or_default();
         let ip: Option<Ipv4Addr> = obj.spec.ip.parse().ok();
         let tentative = (!moving).then(|| Tentative::show(ctx, obj.clone()));
