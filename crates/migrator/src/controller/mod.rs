@@ -20,6 +20,7 @@
 //! A failed reconcile is retried per object with backoff ([`retry`]). The tests in `tests/`
 //! run the reconcilers against the mock API server of `fixtures.rs`.
 
+mod addresses;
 pub mod certs;
 #[cfg(test)]
 mod fixtures;

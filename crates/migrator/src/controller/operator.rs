@@ -15,12 +15,12 @@ use std::time::{Duration, Instant, SystemTime};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
+use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
-use super::{Context, NETWORK_LABEL, POD_ANNOTATION, ovn, pods};
+use super::{Context, NETWORK_LABEL, POD_ANNOTATION, addresses, ovn, pods};
 use crate::error::{Error, Result};
-use roam_api::{Address, AddressSpec, VirtualMachine};
+use roam_api::{Address, VirtualMachine};
 use roam_contract::keys::VM_FINALIZER;
 use roam_core::claim::{new_address_name, pool_address, soft_deleted};
 use roam_core::pool::{duplicates, orphans, pool_actions};
@@ -78,10 +78,6 @@ fn quiet(ctx: &Context) -> bool {
     ctx.pods.since_last_claim().is_none_or(|s| s >= QUIET)
 }
 
-fn addresses_api(ctx: &Context) -> Api<Address> {
-    Api::all(ctx.client.clone())
-}
-
 /// Top up the pools, reclaim, remove strays: for every valid Network.
 pub(super) async fn refill(ctx: &Arc<Context>) -> Result<()> {
     let now = SystemTime::now();
@@ -105,7 +101,6 @@ pub(super) async fn refill(ctx: &Arc<Context>) -> Result<()> {
             })
             .collect()
     };
-    let api = addresses_api(ctx);
     for (plan, actions, addrs) in work {
         let new: Vec<Address> = actions
             .create
@@ -119,20 +114,17 @@ pub(super) async fn refill(ctx: &Arc<Context>) -> Result<()> {
                 a
             })
             .collect();
-        let created = futures::stream::iter(new.into_iter().map(|a| {
-            let api = api.clone();
-            async move { api.create(&PostParams::default(), &a).await }
-        }))
+        let created = futures::stream::iter(
+            new.into_iter()
+                .map(|a| async move { addresses::create(ctx, &a).await }),
+        )
         .buffer_unordered(8)
         .collect::<Vec<_>>()
         .await;
         let mut n = 0;
         for r in created {
             match r {
-                Ok(a) => {
-                    n += 1;
-                    ctx.upsert(a);
-                }
+                Ok(_) => n += 1,
                 // the IP was taken meanwhile (a claim's create, another controller): next round
                 Err(e) if Error::is_conflict(&e) => {}
                 Err(e) => {
@@ -150,16 +142,8 @@ pub(super) async fn refill(ctx: &Arc<Context>) -> Result<()> {
             .collect();
         for name in actions.reclaim.iter().chain(&actions.stray) {
             let Some(a) = by_name.get(name) else { continue };
-            let dp = DeleteParams {
-                preconditions: Some(Preconditions {
-                    resource_version: a.metadata.resource_version.clone(),
-                    uid: None,
-                }),
-                ..Default::default()
-            };
-            match api.delete(name, &dp).await {
-                Ok(_) => {
-                    ctx.index.lock().expect("index lock").remove(name, None);
+            match addresses::delete(ctx, a).await {
+                Ok(()) => {
                     if actions.reclaim.contains(name) {
                         tracing::info!(address = %name, owner = ?a.spec.owner, "reclaimed after the grace period");
                         ctx.metrics.count("reclaims", &plan.name);
@@ -237,7 +221,7 @@ pub(super) async fn sweep(ctx: &Arc<Context>, now: Instant) -> Result<()> {
             }
         }
         let spec = soft_deleted(&a.spec, Time(k8s_openapi::jiff::Timestamp::now()));
-        let written = match write_spec(ctx, &a, spec).await {
+        let written = match addresses::write_spec(ctx, &a, spec).await {
             Ok(w) => w,
             Err(e) => {
                 tracing::warn!(address = ?a.metadata.name, error = %e, "cannot soft-delete: retried at the next sweep");
@@ -271,7 +255,7 @@ pub(super) async fn sweep(ctx: &Arc<Context>, now: Instant) -> Result<()> {
         spec.deletion_time = None;
         spec.dhcp = false;
         spec.service_class = None;
-        if write_spec(ctx, &a, spec).await? {
+        if addresses::write_spec(ctx, &a, spec).await? {
             tracing::warn!(address = ?a.metadata.name, owner = ?a.spec.owner, "second claim of one interface handed back");
             ctx.metrics.count("double_claims", &a.spec.network);
             ovn::request(ctx, &a.spec.network);
@@ -320,25 +304,6 @@ async fn owner_alive(ctx: &Context, a: &Address) -> Result<bool> {
     Ok(candidates
         .iter()
         .any(|p| pods::live_owner(p).as_deref() == Some(owner.as_str())))
-}
-
-/// Replace `a`'s spec with a resourceVersion precondition. `Ok(false)`: someone changed it
-/// first (the next sweep decides again).
-pub(super) async fn write_spec(ctx: &Context, a: &Address, spec: AddressSpec) -> Result<bool> {
-    let mut next = a.clone();
-    next.spec = spec;
-    let name = a.metadata.name.clone().unwrap_or_default();
-    match addresses_api(ctx)
-        .replace(&name, &PostParams::default(), &next)
-        .await
-    {
-        Ok(written) => {
-            ctx.upsert(written);
-            Ok(true)
-        }
-        Err(e) if Error::is_conflict(&e) || Error::is_not_found(&e) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// Free / claimed / deleted counts into each Network's status (when they changed).

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::reflector::Store;
 use kube::runtime::{Controller, watcher};
@@ -26,7 +26,7 @@ use roam_contract::keys::ADDRESSES;
 use serde_json::json;
 
 use super::retry::{Retry, object_key};
-use super::{Context, ERROR_ANNOTATION, POD_ANNOTATION, Tentative, ovn};
+use super::{Context, ERROR_ANNOTATION, POD_ANNOTATION, Tentative, addresses, ovn};
 use crate::error::{Error, Result};
 use roam_api::Address;
 use roam_contract::owner::refs_of;
@@ -372,7 +372,6 @@ async fn claim_pipelined(
     node: &str,
     r: &Resolved<'_>,
 ) -> Result<(Arc<Address>, Option<u64>)> {
-    let api: Api<Address> = Api::all(ctx.client.clone());
     let mut skip: BTreeSet<Ipv4Addr> = BTreeSet::new();
     // at most `claims_in_flight` claims are decided and written at once (see Config)
     let _gate = match &ctx.pods.gate {
@@ -439,8 +438,10 @@ async fn claim_pipelined(
         let tentative = (!moving).then(|| Tentative::show(ctx, obj.clone()));
         let early = (!moving).then(|| ovn::request(ctx, &r.network.name));
         let result = match step {
-            Step::Create { .. } => api.create(&PostParams::default(), &obj).await,
-            _ => api.replace(&name, &PostParams::default(), &obj).await,
+            // into the index as it is written, before it leaves the tentative claims: the
+            // syncer always sees it
+            Step::Create { .. } => addresses::create(ctx, &obj).await,
+            _ => addresses::replace(ctx, &obj).await,
         };
         match result {
             Ok(written) => {
@@ -456,8 +457,6 @@ async fn claim_pipelined(
                     // the node's pool ran dry: refill it now, not at the next period
                     ctx.wake.pool.notify_one();
                 }
-                // in the index before it leaves the tentative claims: the syncer always sees it
-                ctx.upsert(written.clone());
                 drop(tentative);
                 let ticket = early.unwrap_or_else(|| ovn::request(ctx, &r.network.name));
                 return Ok((Arc::new(written), Some(ticket)));
@@ -469,14 +468,7 @@ async fn claim_pipelined(
                 {
                     skip.insert(ip);
                 }
-                match api.get_opt(&name).await? {
-                    Some(fresh) => {
-                        ctx.upsert(fresh);
-                    }
-                    None => {
-                        ctx.index.lock().expect("index lock").remove(&name, None);
-                    }
-                }
+                addresses::refresh(ctx, &name).await?;
             }
             Err(e) if Error::is_not_found(&e) => {
                 ctx.index.lock().expect("index lock").remove(&name, None);
