@@ -36,6 +36,7 @@ mod operator;
 mod ovn;
 mod pods;
 mod retry;
+mod status;
 #[cfg(test)]
 mod tests;
 pub mod vms;

@@ -11,10 +11,10 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Api;
 use kube::Resource;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::ListParams;
 use serde_json::json;
 
-use super::{Context, NETWORK_LABEL, ovn};
+use super::{Context, NETWORK_LABEL, ovn, status};
 use crate::error::{Error, Result};
 use roam_api::{Address, Network, TransitAddress};
 use roam_core::network::{NetworkRange, decide, overlapping};
@@ -117,41 +117,20 @@ async fn held_addresses(ctx: &Context, name: &str) -> Result<usize> {
 
 /// Record the Network's spec as the one served.
 async fn write_served(ctx: &Context, obj: &Network) -> Result<()> {
-    let api: Api<Network> = Api::all(ctx.client.clone());
     let name = obj.metadata.name.clone().unwrap_or_default();
-    let written = api
-        .patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": {"served": obj.spec}})),
-        )
-        .await?;
-    ctx.index
-        .lock()
-        .expect("index lock")
-        .network_objects
-        .insert(name, Arc::new(written));
+    status::network(ctx, &name, json!({"served": obj.spec})).await?;
     Ok(())
 }
 
 async fn write_transit(ctx: &Context, obj: &Network, transit: Vec<TransitAddress>) -> Result<()> {
-    let api: Api<Network> = Api::all(ctx.client.clone());
     let name = obj.metadata.name.clone().unwrap_or_default();
     let mut next = obj.clone();
     next.status.get_or_insert_with(Default::default).transit = transit;
     // resourceVersion precondition: a second controller that read the same version loses
     // and re-reads the winner's assignment
-    match api
-        .replace_status(&name, &PostParams::default(), &next)
-        .await
-    {
-        Ok(written) => {
+    match status::network_replace(ctx, &next).await {
+        Ok(_) => {
             tracing::info!(network = %name, "transit addresses assigned");
-            ctx.index
-                .lock()
-                .expect("index lock")
-                .network_objects
-                .insert(name, Arc::new(written));
             Ok(())
         }
         Err(e) if Error::is_conflict(&e) => Err(Error::Conflict(format!("Network {name} status"))),
@@ -188,17 +167,8 @@ async fn set_ready(
         observed_generation: obj.metadata.generation,
         last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
     };
-    let api: Api<Network> = Api::all(ctx.client.clone());
-    let patch =
-        json!({"status": {"conditions": [cond], "observedGeneration": obj.metadata.generation}});
-    let written = api
-        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    ctx.index
-        .lock()
-        .expect("index lock")
-        .network_objects
-        .insert(name.clone(), Arc::new(written));
+    let fields = json!({"conditions": [cond], "observedGeneration": obj.metadata.generation});
+    status::network(ctx, &name, fields).await?;
     ctx.event(obj.object_ref(&()), !ok, reason, "Validate", message);
     Ok(())
 }

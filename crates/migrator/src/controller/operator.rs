@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
-use super::{Context, NETWORK_LABEL, POD_ANNOTATION, addresses, ovn, pods};
+use super::{Context, NETWORK_LABEL, POD_ANNOTATION, addresses, ovn, pods, status};
 use crate::error::{Error, Result};
 use roam_api::{Address, VirtualMachine};
 use roam_contract::keys::VM_FINALIZER;
@@ -323,29 +323,13 @@ async fn write_counts(ctx: &Context) {
             })
             .collect()
     };
-    let api: Api<roam_api::Network> = Api::all(ctx.client.clone());
     for (name, (free, claimed, deleted), same) in work {
         if same {
             continue;
         }
-        let patch =
-            serde_json::json!({"status": {"free": free, "claimed": claimed, "deleted": deleted}});
-        match api
-            .patch_status(
-                &name,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(n) => {
-                ctx.index
-                    .lock()
-                    .expect("index lock")
-                    .network_objects
-                    .insert(name, Arc::new(n));
-            }
-            Err(e) => tracing::debug!(network = %name, error = %e, "cannot write counts"),
+        let counts = serde_json::json!({"free": free, "claimed": claimed, "deleted": deleted});
+        if let Err(e) = status::network(ctx, &name, counts).await {
+            tracing::debug!(network = %name, error = %e, "cannot write counts");
         }
     }
 }

@@ -26,7 +26,7 @@ use serde_json::json;
 
 use super::launchers;
 use super::retry::{Retry, object_key};
-use super::{Context, now, ovn, pods};
+use super::{Context, now, ovn, pods, status};
 use crate::error::{Error, Result};
 use crate::launcher::{LAUNCHER_LABEL, LauncherSpec, launcher_pod, shim_url, token_secret, vm_key};
 use crate::launcher::{
@@ -485,15 +485,7 @@ async fn patch_status(ctx: &Context, vm: &VirtualMachine, st: &VirtualMachineSta
     if vm.status.as_ref() == Some(st) {
         return Ok(());
     }
-    let api: Api<VirtualMachine> =
-        Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
-    api.patch_status(
-        &vm.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"status": st})),
-    )
-    .await?;
-    Ok(())
+    status::vm(ctx, vm, json!(st)).await
 }
 
 pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action> {
@@ -914,14 +906,7 @@ async fn record_pod(
     let Some(uid) = uid else {
         return Err(Error::Conflict(format!("launcher pod {pod} has no UID")));
     };
-    let api: Api<VirtualMachine> =
-        Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
-    api.patch_status(
-        &vm.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"status": {"pod": pod, "podUID": uid}})),
-    )
-    .await?;
+    status::vm(ctx, vm, json!({"pod": pod, "podUID": uid})).await?;
     st.pod = Some(pod.to_string());
     st.pod_uid = Some(uid.to_string());
     Ok(())

@@ -9,16 +9,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::channel::mpsc;
-use kube::api::{Patch, PatchParams};
+use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, ResourceExt};
 use roam_core::migration::end::{OnSourceEvent, on_source_event};
 use roam_shim_api::api::DomainState;
 use roam_shim_api::client::ShimClient;
 use serde_json::json;
 use tokio::task::AbortHandle;
 
-use crate::controller::{Context, ovn};
+use crate::controller::{Context, ovn, status};
 use roam_api::VirtualMachineMigration;
 use roam_core::migration::observe::is_shim_of;
 
@@ -235,15 +234,7 @@ fn spawn_activation_figure(
         };
         let ms = unix_ns().saturating_sub(paused_at_ns) / 1_000_000;
         tracing::info!(migration = %m.name_any(), switchover_ms = ms, "the target activated the VM's ports");
-        let api: Api<VirtualMachineMigration> =
-            Api::namespaced(ctx.client.clone(), &m.namespace().unwrap_or_default());
-        let _ = api
-            .patch_status(
-                &m.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"status": {"switchoverMs": ms}})),
-            )
-            .await;
+        let _ = status::migration(&ctx, &m, json!({"switchoverMs": ms})).await;
     });
 }
 

@@ -4,11 +4,9 @@
 
 use std::sync::Arc;
 
-use kube::api::{Patch, PatchParams};
-use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::controller::{Context, addresses};
+use crate::controller::{Context, addresses, status};
 use crate::error::{Error, Result};
 use roam_api::{VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus};
 use roam_core::vm::Move;
@@ -34,16 +32,7 @@ pub(super) async fn patch_status(
     if m.status.as_ref() == Some(st) {
         return Ok(());
     }
-    let api: Api<VirtualMachineMigration> =
-        Api::namespaced(ctx.client.clone(), &m.namespace().unwrap_or_default());
-    match api
-        .patch_status(
-            &m.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": st})),
-        )
-        .await
-    {
+    match status::migration(ctx, m, json!(st)).await {
         Ok(written) => {
             *m = written;
             Ok(())
@@ -59,15 +48,7 @@ pub(super) async fn patch_vm_status(
     vm: &VirtualMachine,
     patch: serde_json::Value,
 ) -> Result<()> {
-    let api: Api<VirtualMachine> =
-        Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
-    api.patch_status(
-        &vm.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&json!({"status": patch})),
-    )
-    .await?;
-    Ok(())
+    status::vm(ctx, vm, patch).await
 }
 
 /// Add or remove the migration's finalizer (on the resourceVersion `m` holds); `m` becomes
