@@ -27,9 +27,41 @@ use super::{Config, Context};
 use roam_api::{Address, Network};
 use roam_core::network::validate_network;
 
-/// The NB endpoint of a test [`Context`]: the OVN syncer plans and writes nothing (see
-/// `ovn::sync`); the NB client itself points at a socket that does not exist.
+/// The NB endpoint of a test [`Context`]: a socket that does not exist. The OVN syncer's
+/// reads and writes go to a [`RecordedNb`] instead.
 pub(super) const OFFLINE_NB: &str = "unix:/nonexistent/roam-controller-test-nb.sock";
+
+/// The OVN syncer's NB in the controller's tests: reads an empty database (or the rows a
+/// test put), records every transaction.
+#[derive(Default)]
+pub(super) struct RecordedNb {
+    /// What a read of a network returns.
+    pub(super) rows: Mutex<roam_network::topology::ActualState>,
+    /// The transactions applied, in order.
+    pub(super) transactions: Mutex<Vec<Vec<Value>>>,
+}
+
+impl super::ovn::Rows for Arc<RecordedNb> {
+    fn read<'a>(
+        &'a self,
+        _network: &'a str,
+    ) -> futures::future::BoxFuture<'a, crate::Result<roam_network::topology::ActualState>> {
+        let rows = self.rows.lock().expect("rows lock").clone();
+        Box::pin(async move { Ok(rows) })
+    }
+    fn apply(
+        &self,
+        ops: Vec<Value>,
+    ) -> futures::future::BoxFuture<'_, crate::Result<roam_network::topology::ReconcileReport>>
+    {
+        let report = roam_network::topology::ReconcileReport::from_ops(&ops);
+        self.transactions
+            .lock()
+            .expect("transactions lock")
+            .push(ops);
+        Box::pin(async move { Ok(report) })
+    }
+}
 
 /// One request a scenario expects.
 #[derive(Clone, Debug)]
@@ -111,6 +143,8 @@ struct ServerState {
 pub(super) struct ApiServerVerifier {
     state: Arc<Mutex<ServerState>>,
     task: tokio::task::JoinHandle<()>,
+    /// The OVN syncer's NB.
+    pub(super) nb: Arc<RecordedNb>,
 }
 
 impl Drop for ApiServerVerifier {
@@ -374,7 +408,11 @@ impl ApiServerVerifier {
                 send.send_response(resp);
             }
         });
-        ApiServerVerifier { state, task }
+        ApiServerVerifier {
+            state,
+            task,
+            nb: Arc::default(),
+        }
     }
 
     /// Store `obj` (any Kubernetes object) as the API server would hold it.
@@ -536,7 +574,8 @@ pub(super) fn context_with(
     let client = Client::new(service, "default");
     let verifier = ApiServerVerifier::start(handle);
     let nb = ReconnectingClient::start(OFFLINE_NB, Default::default()).expect("an NB endpoint");
-    let (ctx, _flips) = Context::new(client, config, (nb, None), Default::default());
+    let rows = Box::new(verifier.nb.clone());
+    let (ctx, _flips) = Context::with_rows(client, config, (nb, None), Default::default(), rows);
     {
         let mut index = ctx.index.lock().expect("index lock");
         for n in networks {

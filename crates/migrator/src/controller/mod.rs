@@ -135,6 +135,8 @@ pub struct Context {
     ovn: ovn::State,
     /// The pod controller's state.
     pods: pods::State,
+    /// The OVN syncer's reads and writes of the NB.
+    rows: Box<dyn ovn::Rows>,
     /// The watches' state.
     watch: watch::State,
     /// roam-controller's client certificate for the node API (with `--node-pki-dir`).
@@ -163,6 +165,19 @@ impl Context {
         (nb, sb): (ReconnectingClient, Option<ReconnectingClient>),
         metrics: Metrics,
     ) -> (Arc<Context>, mpsc::UnboundedReceiver<Moved>) {
+        let rows = Box::new(nb.clone());
+        Context::with_rows(client, config, (nb, sb), metrics, rows)
+    }
+
+    /// [`Context::new`] with the OVN syncer's NB rows `rows` (the controller's tests record
+    /// its transactions).
+    pub(crate) fn with_rows(
+        client: kube::Client,
+        config: Config,
+        (nb, sb): (ReconnectingClient, Option<ReconnectingClient>),
+        metrics: Metrics,
+        rows: Box<dyn ovn::Rows>,
+    ) -> (Arc<Context>, mpsc::UnboundedReceiver<Moved>) {
         let (ovn, flips_rx) = ovn::State::new();
         let recorder = Recorder::new(
             client.clone(),
@@ -183,6 +198,7 @@ impl Context {
             wake: Wake::default(),
             ovn,
             pods,
+            rows,
             watch: watch::State::default(),
             node_identity: certs::ControllerIdentity::default(),
             scope: Mutex::default(),

@@ -14,10 +14,14 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
+use futures::future::BoxFuture;
 use roam_network::northbound::{apply, flip_route, read_actual, reconcile};
 use roam_network::topology::{
-    ActualState, NodeSpec, PortSpec, Topology, check, diff, plan_overlay, plan_underlay,
+    ActualState, NodeSpec, PortSpec, ReconcileReport, Topology, check, diff, plan_overlay,
+    plan_underlay,
 };
+use roam_ovsdb::ReconnectingClient;
+use serde_json::Value;
 use tokio::sync::{Notify, mpsc, watch};
 
 use super::Context;
@@ -165,7 +169,7 @@ pub(super) async fn wait(ctx: &Arc<Context>, network: &str, ticket: u64) -> Resu
 /// (switches, routers, with their UUIDs), the workload ports, the nodes. With it, a batch
 /// that only adds ports is one small transaction (no re-read of the network); anything else
 /// — a port removed or changed, a node added — is a full reconcile.
-struct Known {
+pub(super) struct Known {
     parents: ActualState,
     ports: BTreeMap<String, PortSpec>,
     nodes: BTreeSet<String>,
@@ -296,18 +300,35 @@ fn wanted(ctx: &Context, network: &str) -> Result<Option<Wanted>> {
     }
 }
 
+/// What the OVN syncer reads of and writes to the northbound database: the NB itself
+/// ([`ReconnectingClient`]), or in the controller's tests a recording of its transactions.
+pub(crate) trait Rows: Send + Sync {
+    /// The rows `network` owns, as they are.
+    fn read<'a>(&'a self, network: &'a str) -> BoxFuture<'a, Result<ActualState>>;
+    /// Apply `ops` as one transaction.
+    fn apply(&self, ops: Vec<Value>) -> BoxFuture<'_, Result<ReconcileReport>>;
+}
+
+impl Rows for ReconnectingClient {
+    fn read<'a>(&'a self, network: &'a str) -> BoxFuture<'a, Result<ActualState>> {
+        Box::pin(async move { Ok(read_actual(&self.client()?, network).await?) })
+    }
+    fn apply(&self, ops: Vec<Value>) -> BoxFuture<'_, Result<ReconcileReport>> {
+        Box::pin(async move { Ok(apply(&self.client()?, ops).await?) })
+    }
+}
+
 /// Bring `network`'s OVN rows to what the index wants: only the new ports when nothing else
 /// changed since `known`, else a full read + diff + apply (one transaction either way).
-async fn sync(ctx: &Arc<Context>, network: &str, known: &mut Option<Known>) -> Result<()> {
+pub(super) async fn sync(
+    ctx: &Arc<Context>,
+    network: &str,
+    known: &mut Option<Known>,
+) -> Result<()> {
     let Some(w) = wanted(ctx, network)? else {
         return Ok(());
     };
-    // the controller tests run without an NB: planned, nothing written
-    #[cfg(test)]
-    if ctx.config.nb == super::fixtures::OFFLINE_NB {
-        return Ok(());
-    }
-    let client = ctx.nb.client()?;
+    let rows = &*ctx.rows;
     let started = std::time::Instant::now();
     if let Some(k) = known.as_mut()
         && k.nodes == w.nodes
@@ -323,7 +344,7 @@ async fn sync(ctx: &Arc<Context>, network: &str, known: &mut Option<Known>) -> R
                     "roam: {} new ports in network {network}",
                     new.len()
                 )));
-                let report = apply(&client, ops).await?;
+                let report = rows.apply(ops).await?;
                 for p in new {
                     k.ports.insert(p.name.clone(), p);
                 }
@@ -335,7 +356,7 @@ async fn sync(ctx: &Arc<Context>, network: &str, known: &mut Option<Known>) -> R
     }
     let full = (w.plan_subset)(&w.ports)?;
     check(&full, network)?;
-    let actual = read_actual(&client, network).await?;
+    let actual = rows.read(network).await?;
     let mut ops = diff(&actual, &full, network);
     let inserted_parents = ops.iter().any(|op| {
         op["op"] == "insert" && (op["table"] == "Logical_Switch" || op["table"] == "Logical_Router")
@@ -344,7 +365,7 @@ async fn sync(ctx: &Arc<Context>, network: &str, known: &mut Option<Known>) -> R
         ops.push(roam_ovsdb::ops::comment(&format!(
             "roam: reconcile network {network}"
         )));
-        let report = apply(&client, ops).await?;
+        let report = rows.apply(ops).await?;
         tracing::info!(network, %report, took = ?started.elapsed(), "OVN topology reconciled");
     }
     *known = (!inserted_parents).then(|| Known {

@@ -6,6 +6,7 @@ mod certs;
 mod migrations;
 mod networks;
 mod operator;
+mod ovn;
 mod pods;
 mod vms;
 
