@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::time::SystemTime;
 
 use roam_contract::annotation::{InterfaceRequest, Mode, PodAddress, parse_interfaces};
-use roam_contract::keys::{INTERFACES, NETWORK_LABEL, POD_ANNOTATION};
+use roam_contract::keys::{ADDRESSES, INTERFACES, NETWORK_LABEL, POD_ANNOTATION};
 use roam_contract::mac_for_ip;
 use roam_dhcp_opts::MacAddr;
 use roam_network::topology::{mobile_port_name, overlay_port_name, vlan_port_name};
@@ -513,6 +513,27 @@ pub fn ovn_port(spec: &AddressSpec, name: &str, node: &str) -> String {
     } else {
         overlay_port_name(name, node)
     }
+}
+
+/// What to publish on pod `pod` (on `node`) once its interfaces hold `held`: its
+/// `roam.dev/addresses` as the CNI reads it, with the addresses it names; `None` when the
+/// pod's `annotations` already say so and carry no error (nothing to write).
+pub fn publication(
+    pod: &str,
+    node: &str,
+    resolved: &[Resolved<'_>],
+    held: &[&Address],
+    annotations: &BTreeMap<String, String>,
+) -> Result<Option<(String, Vec<PodAddress>)>> {
+    let annotation = |source| Error::Annotation {
+        pod: pod.into(),
+        source,
+    };
+    let published = pod_addresses(node, resolved, held).map_err(annotation)?;
+    let json = roam_contract::annotation::addresses_annotation(&published).map_err(annotation)?;
+    let current = annotations.get(ADDRESSES) == Some(&json)
+        && !annotations.contains_key(roam_contract::keys::ERROR_ANNOTATION);
+    Ok((!current).then_some((json, published)))
 }
 
 /// What the pod's `roam.dev/addresses` says: per requested interface, its Address.

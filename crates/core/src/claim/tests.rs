@@ -585,3 +585,32 @@ fn a_claim_writes_only_what_changes_and_records_the_pod() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_pod_is_annotated_only_when_its_addresses_change_or_an_error_is_shown() {
+    let nets = [net()];
+    let r = one(&nets, None);
+    let mut a = addr("node-a", 20, Some("ns:p"));
+    a.spec = claimed(&a.spec, "ns:p", "node-a", &r);
+    let resolved = [r];
+    let held = [&a];
+    let (json, published) = publication("ns/p", "node-a", &resolved, &held, &BTreeMap::new())
+        .unwrap()
+        .expect("a new pod is annotated");
+    assert_eq!(published.len(), 1);
+    assert_eq!(published[0].ip.to_string(), "100.64.0.20");
+    let done: BTreeMap<String, String> = [(ADDRESSES.to_string(), json.clone())].into();
+    assert!(
+        publication("ns/p", "node-a", &resolved, &held, &done)
+            .unwrap()
+            .is_none(),
+        "already says so"
+    );
+    let mut refused = done.clone();
+    refused.insert(
+        roam_contract::keys::ERROR_ANNOTATION.into(),
+        "an earlier refusal".into(),
+    );
+    let again = publication("ns/p", "node-a", &resolved, &held, &refused).unwrap();
+    assert_eq!(again.map(|(j, _)| j), Some(json), "the error is cleared");
+}

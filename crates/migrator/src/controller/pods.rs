@@ -21,7 +21,6 @@ use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::reflector::Store;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
-use roam_contract::annotation::addresses_annotation;
 use roam_contract::keys::ADDRESSES;
 use serde_json::json;
 
@@ -31,7 +30,7 @@ use crate::error::{Error, Result};
 use roam_api::Address;
 use roam_contract::owner::refs_of;
 use roam_core::claim::{
-    Resolved, Step, Write, decide, owner_key, pod_addresses, resolve_for, write_for,
+    Resolved, Step, Write, decide, owner_key, publication, resolve_for, write_for,
 };
 
 /// The owner key of a pod that holds addresses now: scheduled, not host-network, not
@@ -204,18 +203,9 @@ pub(super) async fn reconcile(pod: Arc<Pod>, ctx: Arc<Context>) -> Result<Action
         }
     }
     let refs: Vec<&Address> = held.iter().map(|a| &**a).collect();
-    let published =
-        pod_addresses(&node, &resolved, &refs).map_err(|source| roam_core::Error::Annotation {
-            pod: key.clone(),
-            source,
-        })?;
-    let json = addresses_annotation(&published).map_err(|source| roam_core::Error::Annotation {
-        pod: key.clone(),
-        source,
-    })?;
-    if annotations.get(ADDRESSES) == Some(&json) && !annotations.contains_key(ERROR_ANNOTATION) {
+    let Some((json, published)) = publication(&key, &node, &resolved, &refs, &annotations)? else {
         return Ok(Action::await_change());
-    }
+    };
     // the OVN ports exist before the CNI is told to plumb them: a claim written now was
     // requested with its write (its ticket); an Address reused unchanged is requested here
     let networks: BTreeSet<&str> = resolved.iter().map(|r| r.network.name.as_str()).collect();
