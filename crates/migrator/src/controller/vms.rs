@@ -307,6 +307,58 @@ async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
     if !vm.finalizers().iter().any(|f| f == VM_FINALIZER) {
         return Ok(Action::await_change());
     }
+    let seen = observe_teardown(ctx, vm).await?;
+    let plan = teardown::plan(
+        seen.migration.as_ref().map(|(m, _)| m.as_str()),
+        &seen.launchers,
+    );
+    let mut message = teardown::message(&plan);
+    match &plan {
+        teardown::Plan::Done if launchers::sweep(ctx, vm).await? > 0 => {
+            // the launcher pods are gone: their runners go with them
+            message = format!("{message}; waiting for the runners to go");
+        }
+        teardown::Plan::Done => {
+            tracing::info!(vm = %vm_key(vm), "torn down on every node: letting it go");
+            let_go(ctx, vm).await?;
+            return Ok(Action::await_change());
+        }
+        teardown::Plan::EndMigration(name) => {
+            let (_, mig) = seen.migration.as_ref().expect("planned from it");
+            end_migration(ctx, vm, name, mig).await?;
+        }
+        teardown::Plan::Pods(steps) => {
+            for (pod, step) in steps {
+                if let Some(why) = carry_out(ctx, vm, &seen, pod, step).await? {
+                    message = format!("{message} ({why})");
+                }
+            }
+        }
+    }
+    let mut next = vm.status.clone().unwrap_or_default();
+    let deleting = condition(
+        "Ready",
+        false,
+        "Deleting",
+        &message,
+        vm.metadata.generation,
+        &now(),
+    );
+    set_condition(&mut next.conditions, deleting);
+    patch_status(ctx, vm, &next).await?;
+    Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+/// What a deleted VM's teardown knows: its migration, its launcher pods (with their runners'
+/// state) and the IP of each one's node when it is Ready.
+struct TeardownSeen {
+    migration: Option<(String, VirtualMachineMigration)>,
+    launchers: Vec<teardown::Launcher>,
+    /// Per launcher pod, its node and that node's IP (`None`: not Ready, or unscheduled).
+    nodes: BTreeMap<String, Option<(String, String)>>,
+}
+
+async fn observe_teardown(ctx: &Context, vm: &VirtualMachine) -> Result<TeardownSeen> {
     let ns = vm.namespace().unwrap_or_default();
     let st = vm.status.clone().unwrap_or_default();
     let migration = match &st.migration {
@@ -331,126 +383,128 @@ async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
             pods.push(p);
         }
     }
-    // each with its runner's state (the shim runs there)
-    let mut views = Vec::with_capacity(pods.len());
+    let mut seen = TeardownSeen {
+        migration,
+        launchers: Vec::new(),
+        nodes: BTreeMap::new(),
+    };
     for p in pods {
-        views.push(launchers::view(ctx, p).await?);
-    }
-    let pods = views;
-    let mut launchers = Vec::new();
-    let mut ips = BTreeMap::new();
-    for p in &pods {
+        // with its runner's state (the shim runs there)
+        let p = launchers::view(ctx, p).await?;
         let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
         let ip = match &node {
             Some(n) => ready_node_ip(ctx, n).await?,
             None => None,
         };
-        launchers.push(teardown::Launcher::of(p, ip.is_some()));
-        ips.insert(p.name_any(), ip.map(|ip| (node.unwrap_or_default(), ip)));
+        seen.launchers
+            .push(teardown::Launcher::of(&p, ip.is_some()));
+        seen.nodes
+            .insert(p.name_any(), ip.map(|ip| (node.unwrap_or_default(), ip)));
     }
-    let plan = teardown::plan(migration.as_ref().map(|(m, _)| m.as_str()), &launchers);
-    let mut message = teardown::message(&plan);
-    match &plan {
-        teardown::Plan::Done if launchers::sweep(ctx, vm).await? > 0 => {
-            // the launcher pods are gone: their runners go with them
-            message = format!("{message}; waiting for the runners to go");
-        }
-        teardown::Plan::Done => {
-            tracing::info!(vm = %vm_key(vm), "torn down on every node: letting it go");
-            let secrets: Api<Secret> =
-                Api::namespaced(ctx.client.clone(), &ctx.config.secret_namespace);
-            match secrets
-                .delete(&token_secret(&uid), &DeleteParams::default())
+    Ok(seen)
+}
+
+/// Torn down everywhere: the VM's token goes, then its finalizer (and with it the VM).
+async fn let_go(ctx: &Context, vm: &VirtualMachine) -> Result<()> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.secret_namespace);
+    match secrets
+        .delete(
+            &token_secret(&vm.uid().unwrap_or_default()),
+            &DeleteParams::default(),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if Error::is_not_found(&e) => {}
+        Err(e) => return Err(e.into()),
+    }
+    set_finalizer(ctx, vm, false).await
+}
+
+/// A deleted VM's running migration ends first: deleted, its own finalizer aborts the copy
+/// (or, past the pause, lets it land).
+async fn end_migration(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    name: &str,
+    mig: &VirtualMachineMigration,
+) -> Result<()> {
+    if mig.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let api: Api<VirtualMachineMigration> =
+        Api::namespaced(ctx.client.clone(), &vm.namespace().unwrap_or_default());
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(e) if Error::is_not_found(&e) => {}
+        Err(e) => return Err(e.into()),
+    }
+    tracing::info!(vm = %vm_key(vm), migration = %name, "VM deleted: ending its migration first");
+    Ok(())
+}
+
+/// One launcher pod's teardown step; `Some`: why it waits (its shim did not answer).
+async fn carry_out(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    seen: &TeardownSeen,
+    pod: &str,
+    step: &teardown::Step,
+) -> Result<Option<String>> {
+    let mut waiting = None;
+    let delete = match step {
+        teardown::Step::Teardown => {
+            let (node, node_ip) = seen.nodes.get(pod).cloned().flatten().unwrap_or_default();
+            let port = vm
+                .status
+                .as_ref()
+                .and_then(|s| s.shim_port)
+                .unwrap_or_default();
+            let token = token(ctx, vm).await?;
+            match client(ctx, vm, &node, &node_ip, port, &token)
+                .await?
+                .teardown()
                 .await
             {
-                Ok(_) => {}
-                Err(e) if Error::is_not_found(&e) => {}
-                Err(e) => return Err(e.into()),
-            }
-            set_finalizer(ctx, vm, false).await?;
-            return Ok(Action::await_change());
-        }
-        teardown::Plan::EndMigration(name) => {
-            let (_, mig) = migration.as_ref().expect("planned from it");
-            if mig.metadata.deletion_timestamp.is_none() {
-                let api: Api<VirtualMachineMigration> = Api::namespaced(ctx.client.clone(), &ns);
-                match api.delete(name, &DeleteParams::default()).await {
-                    Ok(_) => {}
-                    Err(e) if Error::is_not_found(&e) => {}
-                    Err(e) => return Err(e.into()),
+                Ok(done) => {
+                    tracing::info!(vm = %vm_key(vm), %pod, destroyed_domain = done.destroyed_domain, removed_taps = ?done.removed_taps, "torn down");
+                    ctx.event(
+                        vm.object_ref(&()),
+                        false,
+                        "TornDown",
+                        "Delete",
+                        teardown::torn_down_note(pod, &done),
+                    );
+                    true
                 }
-                tracing::info!(vm = %vm_key(vm), migration = %name, "VM deleted: ending its migration first");
-            }
-        }
-        teardown::Plan::Pods(steps) => {
-            let token = token(ctx, vm).await?;
-            let port = st.shim_port.unwrap_or_default();
-            let terminating: BTreeSet<&str> = launchers
-                .iter()
-                .filter(|l| l.deleting)
-                .map(|l| l.pod.as_str())
-                .collect();
-            for (pod, step) in steps {
-                let (node, node_ip) = ips.get(pod).cloned().flatten().unwrap_or_default();
-                let delete = match step {
-                    teardown::Step::Teardown => {
-                        match client(ctx, vm, &node, &node_ip, port, &token)
-                            .await?
-                            .teardown()
-                            .await
-                        {
-                            Ok(done) => {
-                                tracing::info!(vm = %vm_key(vm), %pod, destroyed_domain = done.destroyed_domain, removed_taps = ?done.removed_taps, "torn down");
-                                ctx.event(
-                                    vm.object_ref(&()),
-                                    false,
-                                    "TornDown",
-                                    "Delete",
-                                    teardown::torn_down_note(pod, &done),
-                                );
-                                true
-                            }
-                            Err(e) => {
-                                message = format!("{message} ({pod}'s shim: {e})");
-                                tracing::info!(vm = %vm_key(vm), %pod, error = %e, "teardown: the shim did not answer");
-                                false
-                            }
-                        }
-                    }
-                    teardown::Step::Delete => true,
-                    teardown::Step::Abandon(why) => {
-                        tracing::warn!(vm = %vm_key(vm), %pod, %why, "deleting a launcher without a teardown");
-                        ctx.event(
-                            vm.object_ref(&()),
-                            true,
-                            "TeardownSkipped",
-                            "Delete",
-                            format!(
-                                "{pod}: deleted without a teardown, its shim never stays up ({why}); a tap or OVS port an earlier run of it made may remain on its node"
-                            ),
-                        );
-                        true
-                    }
-                    teardown::Step::Wait(_) => false,
-                };
-                if delete && !terminating.contains(pod.as_str()) {
-                    launchers::delete(ctx, &ns, pod).await?;
+                Err(e) => {
+                    tracing::info!(vm = %vm_key(vm), %pod, error = %e, "teardown: the shim did not answer");
+                    waiting = Some(format!("{pod}'s shim: {e}"));
+                    false
                 }
             }
         }
+        teardown::Step::Delete => true,
+        teardown::Step::Abandon(why) => {
+            tracing::warn!(vm = %vm_key(vm), %pod, %why, "deleting a launcher without a teardown");
+            ctx.event(
+                vm.object_ref(&()),
+                true,
+                "TeardownSkipped",
+                "Delete",
+                format!(
+                    "{pod}: deleted without a teardown, its shim never stays up ({why}); a tap or OVS port an earlier run of it made may remain on its node"
+                ),
+            );
+            true
+        }
+        teardown::Step::Wait(_) => false,
+    };
+    let terminating = seen.launchers.iter().any(|l| l.pod == pod && l.deleting);
+    if delete && !terminating {
+        launchers::delete(ctx, &vm.namespace().unwrap_or_default(), pod).await?;
     }
-    let mut next = st.clone();
-    let deleting = condition(
-        "Ready",
-        false,
-        "Deleting",
-        &message,
-        vm.metadata.generation,
-        &now(),
-    );
-    set_condition(&mut next.conditions, deleting);
-    patch_status(ctx, vm, &next).await?;
-    Ok(Action::requeue(Duration::from_secs(1)))
+    Ok(waiting)
 }
 
 /// Pick a free shim port: one no other VM uses.
