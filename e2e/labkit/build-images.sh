@@ -49,9 +49,13 @@ LAUNCHER_PKGS="libvirt-daemon libvirt-daemon-common libvirt-daemon-driver-qemu l
 export PATH="$HOME/.cargo/bin:$PATH"
 # release, as the Containerfile builds it: the shim carries every migration's stream through
 # its TLS proxy, and a debug build's copies and record layer cost the copy what the product's
-# do not (the TLS bench measured 1.13x plain with it)
-(cd "$REPO" && cargo build --locked -q --release -p roam-vm-shim --bin roam-shim)
-SHIM=${CARGO_TARGET_DIR:-$REPO/target}/release/roam-shim
+# do not (the TLS bench measured 1.13x plain with it); built with roam's other release
+# binaries (release.sh), into the same target directory
+# shellcheck source=release.sh
+. "$HERE/release.sh"
+TARGET_DIR=${CARGO_TARGET_DIR:-$CACHE/target}
+release_build "$REPO" "$TARGET_DIR"
+SHIM=$TARGET_DIR/release/roam-shim
 # shellcheck disable=SC2086
 stamp=$( (sha256sum "$SHIM" "$REPO/deploy/launcher/qemu.conf" "$0"; dpkg-query -W $LAUNCHER_PKGS) | sha256sum | cut -c1-16)
 if [ "$(cat "$OUT/launcher.stamp" 2>/dev/null)" != "$stamp" ] || [ ! -f "$OUT/launcher.tar" ]; then

@@ -25,11 +25,13 @@ if ! grep -rqsE '^(Types:.*deb-src|deb-src )' /etc/apt/sources.list /etc/apt/sou
   fi
   apt-get update -qq
 fi
+echo "kube: installing Go and the build tools (apt-get)"
 apt-get install -y -qq --no-install-recommends dpkg-dev golang-go make rsync jq \
   golang-github-modern-go-reflect2-dev >/dev/null
 mkdir -p "$WORK/src"
 cd "$WORK/src"
 if ! ls -d kubernetes-*/ >/dev/null 2>&1; then
+  echo "kube: fetching bookworm's Kubernetes source (apt-get source, ~1 min)"
   apt-get source -qq kubernetes 2>&1 | grep -v unsandboxed || true
 fi
 SRC=$(ls -d "$WORK"/src/kubernetes-*/ | head -1)
@@ -50,6 +52,7 @@ KUBE_GIT_MINOR='$(echo "$UPVER" | cut -d. -f2)'
 KUBE_GIT_TREE_STATE='clean'
 V
 # Build like debian/rules does (GOPATH mode, generators first); `go build` alone fails on this tree.
+echo "kube: building$need from the source (6-8 min on 2 CPUs, once: cached in $BIN_DIR)"
 env -u GOFLAGS -u GOPATH HOME="$WORK" CGO_ENABLED=0 GOPROXY=off GOTOOLCHAIN=local \
   KUBE_GIT_VERSION_FILE="$WORK/kube-version.env" make WHAT="${need# }"
 for b in $BINS; do install -D -m755 "_output/bin/$b" "$BIN_DIR/$b"; done

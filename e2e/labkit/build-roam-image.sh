@@ -40,7 +40,11 @@ mkdir -p "$R"/{usr/local/bin,etc,tmp}
 chmod 1777 "$R/tmp"
 
 export PATH="$HOME/.cargo/bin:$PATH"
-TARGET=${CARGO_TARGET_DIR:-$REPO/target}/release
+# shellcheck source=release.sh
+. "$HERE/release.sh"
+TARGET_DIR=${CARGO_TARGET_DIR:-$CACHE/target}
+release_build "$REPO" "$TARGET_DIR"
+TARGET=$TARGET_DIR/release
 
 # BINARY and the shared libraries it links, into the root filesystem
 with_libs() {
@@ -54,7 +58,6 @@ with_libs() {
 
 case $KIND in
   controller)
-    (cd "$REPO" && cargo build --locked -q --release -p roam-migrator --bin roam-controller -p roam-node --bin roam-node)
     with_libs "$TARGET/roam-controller"
     with_libs "$TARGET/roam-node"
     printf 'root:x:0:0:root:/:/bin/false\nnonroot:x:65532:65532:nonroot:/:/bin/false\n' > "$R/etc/passwd"
@@ -66,7 +69,6 @@ case $KIND in
     CONFIG='{"Entrypoint":["/usr/local/bin/roam-controller"],"User":"65532:65532"}'
     ;;
   cni)
-    (cd "$REPO" && cargo build --locked -q --release -p roam-cni)
     BB=$CACHE/guest/bbroot/bin/busybox
     [ -x "$BB" ] || bash "$HERE/build-guest.sh"
     mkdir -p "$R/bin"

@@ -16,20 +16,12 @@ ROAM_CNI_IMAGE=lab.local/roam-cni:dev
 # clone rebuilds roam's own crates only, not its dependencies.
 ROAM_RELEASE_TARGET=${CARGO_TARGET_DIR:-$CACHE/target}
 
+# shellcheck source=release.sh
+. "$LABKIT/release.sh"
+
 roam_build() {
-  local stamp src
-  # The target directory is shared by every checkout of this machine, and cargo judges a
-  # workspace crate fresh by mtimes: another checkout's newer build would pass for this one's.
-  # When the sources differ from the last build's, they are touched so that cargo rebuilds
-  # roam's crates (the dependencies stay cached).
-  src=$(cd "$E2E/.." && find crates Cargo.toml Cargo.lock -type f \( -name '*.rs' -o -name Cargo.toml -o -name Cargo.lock \) -print0 \
-    | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
-  if [ "$(cat "$ROAM_RELEASE_TARGET/roam-sources.stamp" 2>/dev/null)" != "$src" ]; then
-    (cd "$E2E/.." && find crates -type f -name '*.rs' -exec touch {} +)
-  fi
-  (cd "$E2E/.." && export PATH="$HOME/.cargo/bin:$PATH" CARGO_TARGET_DIR="$ROAM_RELEASE_TARGET" \
-    && cargo build --locked -q --release -p roam-migrator --bin roam-controller -p roam-node --bin roam-node -p roam-cni --bin roam-cni)
-  mkdir -p "$ROAM_RELEASE_TARGET" && echo "$src" > "$ROAM_RELEASE_TARGET/roam-sources.stamp"
+  local stamp
+  release_build "$E2E/.." "$ROAM_RELEASE_TARGET"
   stamp=$(cat "$ROAM_RELEASE_TARGET/release/roam-controller" "$ROAM_RELEASE_TARGET/release/roam-node" | sha256sum | cut -c1-16)
   if [ "$(cat "$ROAM_IMAGES/controller.stamp" 2>/dev/null)" != "$stamp" ] || [ ! -f "$ROAM_IMAGES/controller.tar" ]; then
     CARGO_TARGET_DIR=$ROAM_RELEASE_TARGET bash "$LABKIT/build-roam-image.sh" controller "$ROAM_CONTROLLER_IMAGE" "$ROAM_IMAGES/controller.tar" >/dev/null
