@@ -15,8 +15,10 @@ release_build() {
   # The target directory is shared by every checkout of this machine, and cargo judges a
   # workspace crate fresh by mtimes: another checkout's newer build would pass for this one's.
   # When the sources differ from the last build's, they are touched so that cargo rebuilds
-  # roam's crates (the dependencies stay cached).
-  src=$(cd "$repo" && find crates Cargo.toml Cargo.lock -type f \( -name '*.rs' -o -name Cargo.toml -o -name Cargo.lock \) -print0 \
+  # roam's crates (the dependencies stay cached); when they are the same, the last build's
+  # binaries are this checkout's and cargo is not run.
+  # (every file of the crates: a source may include a file that is not Rust)
+  src=$(cd "$repo" && find crates Cargo.toml Cargo.lock -type f -print0 \
     | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
   if [ "$(cat "$target/roam-sources.stamp" 2>/dev/null)" = "$src" ] \
     && [ -x "$target/release/roam-controller" ] && [ -x "$target/release/roam-shim" ]; then
