@@ -454,12 +454,8 @@ pub fn write_for(
             }
         }
         (Step::Create { ip, mac }, _) => {
-            let mut a = Address::new(
-                &new_address_name(r.network, *ip),
-                claimed(&pool_address(r.network, *ip, *mac, node), owner, node, r),
-            );
-            a.metadata.labels = Some([(NETWORK_LABEL.to_string(), r.network.name.clone())].into());
-            Write::Create(Box::new(a))
+            let spec = claimed(&pool_address(r.network, *ip, *mac, node), owner, node, r);
+            Write::Create(Box::new(new_address(r.network, *ip, spec)))
         }
         _ => return None,
     };
@@ -633,6 +629,14 @@ pub fn desired_ports<'a>(
 /// The object name of a new Address for `ip` in `net`.
 pub fn new_address_name(net: &NetworkPlan, ip: Ipv4Addr) -> String {
     address_name(&net.name, ip)
+}
+
+/// A new Address of `net` for `ip` holding `spec`: its name, and its Network's label (the
+/// controllers list a Network's Addresses by it).
+pub fn new_address(net: &NetworkPlan, ip: Ipv4Addr, spec: AddressSpec) -> Address {
+    let mut a = Address::new(&new_address_name(net, ip), spec);
+    a.metadata.labels = Some([(NETWORK_LABEL.to_string(), net.name.clone())].into());
+    a
 }
 
 #[cfg(test)]

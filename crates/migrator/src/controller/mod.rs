@@ -483,8 +483,8 @@ where
     .map(Some)
 }
 
-/// The time to stamp a status with: the one clock read of the controllers (roam-core's
-/// decisions take it as an argument).
+/// The time to stamp a status condition with (roam-core's decisions take it as an
+/// argument: they read no clock).
 pub(crate) fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
     k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
 }

@@ -8,13 +8,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Api;
 use kube::Resource;
 use kube::api::ListParams;
 use serde_json::json;
 
-use super::{Context, NETWORK_LABEL, ovn, status};
+use super::{Context, NETWORK_LABEL, now, ovn, status};
 use crate::error::{Error, Result};
 use roam_api::{Address, Network, TransitAddress};
 use roam_core::network::{NetworkRange, decide, overlapping};
@@ -165,7 +165,7 @@ async fn set_ready(
         reason: reason.into(),
         message: message.clone(),
         observed_generation: obj.metadata.generation,
-        last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+        last_transition_time: now(),
     };
     let fields = json!({"conditions": [cond], "observedGeneration": obj.metadata.generation});
     status::network(ctx, &name, fields).await?;

@@ -18,11 +18,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
-use super::{Context, NETWORK_LABEL, POD_ANNOTATION, addresses, ovn, pods, status};
+use super::{Context, POD_ANNOTATION, addresses, ovn, pods, status};
 use crate::error::{Error, Result};
 use roam_api::{Address, VirtualMachine};
 use roam_contract::keys::VM_FINALIZER;
-use roam_core::claim::{new_address_name, pool_address, soft_deleted};
+use roam_core::claim::{new_address, pool_address, soft_deleted};
 use roam_core::pool::{duplicates, orphans, pool_actions};
 
 pub(super) async fn run(ctx: Arc<Context>) {
@@ -105,14 +105,7 @@ pub(super) async fn refill(ctx: &Arc<Context>) -> Result<()> {
         let new: Vec<Address> = actions
             .create
             .iter()
-            .map(|(node, ip, mac)| {
-                let mut a = Address::new(
-                    &new_address_name(&plan, *ip),
-                    pool_address(&plan, *ip, *mac, node),
-                );
-                a.metadata.labels = Some([(NETWORK_LABEL.to_string(), plan.name.clone())].into());
-                a
-            })
+            .map(|(node, ip, mac)| new_address(&plan, *ip, pool_address(&plan, *ip, *mac, node)))
             .collect();
         let created = futures::stream::iter(
             new.into_iter()

@@ -328,8 +328,10 @@ async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
             end_migration(ctx, vm, name, mig).await?;
         }
         teardown::Plan::Pods(steps) => {
+            // read once for the pass, not per pod
+            let token = token(ctx, vm).await?;
             for (pod, step) in steps {
-                if let Some(why) = carry_out(ctx, vm, &seen, pod, step).await? {
+                if let Some(why) = carry_out(ctx, vm, &seen, &token, pod, step).await? {
                     message = format!("{message} ({why})");
                 }
             }
@@ -448,6 +450,7 @@ async fn carry_out(
     ctx: &Context,
     vm: &VirtualMachine,
     seen: &TeardownSeen,
+    token: &str,
     pod: &str,
     step: &teardown::Step,
 ) -> Result<Option<String>> {
@@ -460,8 +463,7 @@ async fn carry_out(
                 .as_ref()
                 .and_then(|s| s.shim_port)
                 .unwrap_or_default();
-            let token = token(ctx, vm).await?;
-            match client(ctx, vm, &node, &node_ip, port, &token)
+            match client(ctx, vm, &node, &node_ip, port, token)
                 .await?
                 .teardown()
                 .await
@@ -587,8 +589,8 @@ pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Res
     let out = decide::outcome(&st, &launched, vm.metadata.generation, &now());
     patch_status(&ctx, &vm, &out.status).await?;
     for n in out.notes {
-        if n.reason == "GuestReset" {
-            tracing::warn!(vm = %vm_key(&vm), node = %launched.node, "the guest reset");
+        if n.warning {
+            tracing::warn!(vm = %vm_key(&vm), node = %launched.node, reason = n.reason, "{}", n.message);
         }
         ctx.event(vm.object_ref(&()), n.warning, n.reason, n.action, n.message);
     }

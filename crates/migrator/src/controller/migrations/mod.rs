@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 
-use crate::controller::now;
+use crate::controller::{now, status};
 use kube::runtime::controller::{Action as KAction, Config as ControllerConfig};
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -29,7 +29,7 @@ use roam_core::migration::{Decision, Observed, Phase, end, step};
 use roam_core::placement;
 use run::Run;
 use tasks::Local;
-use writes::{patch_status, patch_vm_status, set_finalizer};
+use writes::{patch_status, set_finalizer};
 
 pub(super) async fn run(ctx: Arc<Context>) {
     let api: Api<VirtualMachineMigration> = match &ctx.config.pod_namespace {
@@ -126,7 +126,7 @@ async fn reconcile(
     let mut vm = vm.take().expect("matched above");
     if !st.phase.is_terminal() && !deleted && !names(Some(&vm), &m) {
         // claim the VM for this migration
-        patch_vm_status(
+        status::vm(
             &ctx,
             &vm,
             json!({"migration": m.name_any(), "phase": VmPhase::Migrating}),
@@ -215,7 +215,7 @@ async fn record(
             if st.phase == Phase::Succeeded {
                 patch["podUID"] = json!(back.pod_uid);
             }
-            patch_vm_status(ctx, vm, patch).await?;
+            status::vm(ctx, vm, patch).await?;
         }
     }
     if was != st.phase {

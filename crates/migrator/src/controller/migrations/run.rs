@@ -13,9 +13,9 @@ use roam_shim_api::client::ShimClient;
 use serde_json::json;
 
 use super::tasks::{self, Local, Wait};
-use super::writes::{apply_moves, patch_status, patch_vm_status};
+use super::writes::{apply_moves, patch_status};
 use super::{key_of, vms};
-use crate::controller::{Context, failpoint, launchers, now, ovn};
+use crate::controller::{Context, failpoint, launchers, now, ovn, status};
 use roam_api::{Address, VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus};
 use roam_core::adoption::{Adoption, CREATING, Found, adoption};
 use roam_core::vm::readiness::{condition, set_condition};
@@ -364,7 +364,7 @@ impl Run {
             Action::PortsToSource => self.apply(When::GuestOnSource).await,
             Action::DeleteSource => {
                 // the VM is the target's now, then the source pod goes
-                patch_vm_status(
+                status::vm(
                     &self.ctx,
                     &self.vm,
                     json!({"node": self.target, "pod": self.target_pod,

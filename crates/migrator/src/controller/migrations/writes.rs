@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::controller::{Context, addresses, status};
 use crate::error::{Error, Result};
-use roam_api::{VirtualMachine, VirtualMachineMigration, VirtualMachineMigrationStatus};
+use roam_api::{VirtualMachineMigration, VirtualMachineMigrationStatus};
 use roam_core::vm::Move;
 
 use roam_contract::keys::MIGRATION_FINALIZER as FINALIZER;
@@ -40,15 +40,6 @@ pub(super) async fn patch_status(
         Err(e) if Error::is_not_found(&e) => Ok(()),
         Err(e) => Err(e.into()),
     }
-}
-
-/// Merge `patch` into the VM's status.
-pub(super) async fn patch_vm_status(
-    ctx: &Context,
-    vm: &VirtualMachine,
-    patch: serde_json::Value,
-) -> Result<()> {
-    status::vm(ctx, vm, patch).await
 }
 
 /// Add or remove the migration's finalizer (on the resourceVersion `m` holds); `m` becomes
