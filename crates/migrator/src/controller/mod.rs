@@ -113,8 +113,11 @@ pub struct Wake {
     synced: Notify,
 }
 
-/// Shared by every controller: the clients, the settings, the index the watches fill, and
-/// each controller's own state.
+/// What the controllers share: the Kubernetes client, the settings, the index the watches
+/// fill, the metrics and Events, and the services controllers ask of each other (the OVN
+/// syncer, the pod controller's cache, the namespaces' answers, the shim client identity).
+/// State one controller alone keeps lives in that controller's own context (the VM
+/// controller's [`vms::Vms`]).
 pub struct Context {
     /// Kubernetes.
     pub client: kube::Client,
@@ -122,31 +125,31 @@ pub struct Context {
     pub config: Config,
     /// What the watches and our writes told us.
     pub index: Mutex<Index>,
-    /// OVN northbound.
-    pub nb: ReconnectingClient,
-    /// OVN southbound (read only), when configured.
-    pub sb: Option<ReconnectingClient>,
     /// Metrics.
     pub metrics: Metrics,
     recorder: Recorder,
     /// Wakes the operator's and the network controller's loops.
     pub wake: Wake,
-    /// The OVN syncers' state.
+    /// The OVN connections and syncers.
     ovn: ovn::State,
-    /// The pod controller's state.
+    /// The pod controller's cache and claims in flight (the operator reads them).
     pods: pods::State,
-    /// The OVN syncer's reads and writes of the NB.
-    rows: Box<dyn ovn::Rows>,
     /// The watches' state.
     watch: watch::State,
-    /// roam-controller's client certificate for the node API (with `--node-pki-dir`).
+    /// roam-controller's client certificate for the node API (with `--node-pki-dir`): the
+    /// VM and the migration controllers talk to shims.
     pub node_identity: certs::ControllerIdentity,
-    /// Namespaces' answers to the namespace selector, and when each was asked.
+    /// Namespaces' scope and labels, read at most once per [`SCOPE_TTL`].
+    namespaces: Namespaces,
+}
+
+/// What the API server said of namespaces, and when.
+#[derive(Default)]
+struct Namespaces {
+    /// Answers to the namespace selector.
     scope: Mutex<std::collections::HashMap<String, (bool, std::time::Instant)>>,
-    /// Namespaces' labels (for the Networks' namespace selectors), and when each was read.
-    namespace_labels: Mutex<std::collections::HashMap<String, (Labels, std::time::Instant)>>,
-    /// The VM controller's shim ports picked and not yet in a VM's status.
-    ports: Mutex<roam_core::vm::PortBook>,
+    /// Labels (for the Networks' namespace selectors).
+    labels: Mutex<std::collections::HashMap<String, (Labels, std::time::Instant)>>,
 }
 
 /// A namespace's labels.
@@ -178,7 +181,7 @@ impl Context {
         metrics: Metrics,
         rows: Box<dyn ovn::Rows>,
     ) -> (Arc<Context>, mpsc::UnboundedReceiver<Moved>) {
-        let (ovn, flips_rx) = ovn::State::new();
+        let (ovn, flips_rx) = ovn::State::new((nb, sb), rows);
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -191,19 +194,14 @@ impl Context {
             client,
             config,
             index: Mutex::new(Index::default()),
-            nb,
-            sb,
             metrics,
             recorder,
             wake: Wake::default(),
             ovn,
             pods,
-            rows,
             watch: watch::State::default(),
             node_identity: certs::ControllerIdentity::default(),
-            scope: Mutex::default(),
-            namespace_labels: Mutex::default(),
-            ports: Mutex::new(roam_core::vm::PortBook::new()),
+            namespaces: Namespaces::default(),
         };
         (Arc::new(ctx), flips_rx)
     }
@@ -216,7 +214,7 @@ impl Context {
         let Some(selector) = &self.config.namespace_selector else {
             return Ok(true);
         };
-        if let Some((yes, at)) = self.scope.lock().expect("scope lock").get(ns)
+        if let Some((yes, at)) = self.namespaces.scope.lock().expect("scope lock").get(ns)
             && at.elapsed() < SCOPE_TTL
         {
             return Ok(*yes);
@@ -232,7 +230,8 @@ impl Context {
             .items
             .iter()
             .any(|n| n.metadata.name.as_deref() == Some(ns));
-        self.scope
+        self.namespaces
+            .scope
             .lock()
             .expect("scope lock")
             .insert(ns.to_string(), (yes, std::time::Instant::now()));
@@ -243,7 +242,7 @@ impl Context {
     /// (the permission `--namespace-selector` already needs) at most once per [`SCOPE_TTL`]:
     /// a namespace relabelled to match a Network's selector may attach within it.
     async fn namespace_labels(&self, ns: &str) -> Result<Labels, kube::Error> {
-        if let Some((labels, at)) = self.namespace_labels.lock().expect("labels lock").get(ns)
+        if let Some((labels, at)) = self.namespaces.labels.lock().expect("labels lock").get(ns)
             && at.elapsed() < SCOPE_TTL
         {
             return Ok(labels.clone());
@@ -259,7 +258,8 @@ impl Context {
             .find(|n| n.metadata.name.as_deref() == Some(ns))
             .and_then(|n| n.metadata.labels)
             .unwrap_or_default();
-        self.namespace_labels
+        self.namespaces
+            .labels
             .lock()
             .expect("labels lock")
             .insert(ns.to_string(), (labels.clone(), std::time::Instant::now()));
@@ -570,7 +570,7 @@ pub async fn run(
     tasks.spawn(ovn::resync(ctx.clone()));
     tasks.spawn(ovn::route_flips(ctx.clone(), flips_rx));
     tasks.spawn(pods::run(ctx.clone()));
-    tasks.spawn(vms::run(ctx.clone()));
+    tasks.spawn(vms::run(vms::Vms::new(ctx.clone())));
     if ctx.config.vm.runners.is_some() {
         tasks.spawn(launchers::run(ctx.clone()));
     }

@@ -54,9 +54,15 @@ impl Drop for OvnSync {
     }
 }
 
-/// The OVN syncers' state: one syncer per Network, the Addresses being written, and the
-/// route controller's queue of host moves.
+/// The OVN syncers' state: the OVN connections, one syncer per Network, the Addresses being
+/// written, and the route controller's queue of host moves.
 pub(crate) struct State {
+    /// OVN northbound.
+    nb: ReconnectingClient,
+    /// OVN southbound (read only), when configured.
+    sb: Option<ReconnectingClient>,
+    /// The syncers' reads and writes of the NB (the NB client; a recording in tests).
+    rows: Box<dyn Rows>,
     syncers: Mutex<HashMap<String, Arc<OvnSync>>>,
     /// Addresses being written right now, by name (see [`Tentative`]).
     tentative: Mutex<HashMap<String, Arc<Address>>>,
@@ -64,9 +70,15 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub(crate) fn new() -> (State, mpsc::UnboundedReceiver<Moved>) {
+    pub(crate) fn new(
+        (nb, sb): (ReconnectingClient, Option<ReconnectingClient>),
+        rows: Box<dyn Rows>,
+    ) -> (State, mpsc::UnboundedReceiver<Moved>) {
         let (flips, rx) = mpsc::unbounded_channel();
         let s = State {
+            nb,
+            sb,
+            rows,
             syncers: Mutex::new(HashMap::new()),
             tentative: Mutex::new(HashMap::new()),
             flips,
@@ -328,7 +340,7 @@ pub(super) async fn sync(
     let Some(w) = wanted(ctx, network)? else {
         return Ok(());
     };
-    let rows = &*ctx.rows;
+    let rows = &*ctx.ovn.rows;
     let started = std::time::Instant::now();
     if let Some(k) = known.as_mut()
         && k.nodes == w.nodes
@@ -387,7 +399,7 @@ pub(super) async fn remove(ctx: &Arc<Context>, network: &str) {
     {
         t.abort();
     }
-    match ctx.nb.client() {
+    match ctx.ovn.nb.client() {
         Ok(client) => {
             if let Err(e) = reconcile(&client, network, &Topology::default()).await {
                 tracing::warn!(network, error = %e, "cannot remove the OVN rows of a deleted Network");
@@ -446,7 +458,7 @@ fn node_pair(ctx: &Context, network: &str, from: &str, to: &str) -> Option<(Node
 pub(super) async fn route_flips(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiver<Moved>) {
     while let Some(m) = rx.recv().await {
         let nodes = node_pair(&ctx, &m.network, &m.from, &m.to);
-        if let (Some((from, to)), Ok(ip), Ok(client)) = (nodes, m.ip.parse(), ctx.nb.client()) {
+        if let (Some((from, to)), Ok(ip), Ok(client)) = (nodes, m.ip.parse(), ctx.ovn.nb.client()) {
             let started = std::time::Instant::now();
             match flip_route(&client, &m.network, ip, &from, &to).await {
                 Ok(r) => {
@@ -478,7 +490,7 @@ pub(super) async fn wait_for_activation(
     chassis: &str,
     timeout: Duration,
 ) -> Option<Duration> {
-    let client = ctx.sb.as_ref()?.client().ok()?;
+    let client = ctx.ovn.sb.as_ref()?.client().ok()?;
     // one select per port (`logical_port` is a plain string column: a set of several names
     // is not a valid condition on it)
     let selects: Vec<serde_json::Value> = ports

@@ -5,8 +5,13 @@
 //! through [`network`] (which keeps the index's copy current). A migration's through
 //! [`migration`].
 //!
-//! Merge patches, not server-side apply: the lab's API server (1.20) has apply only in beta,
-//! and each status field here has one writer.
+//! Merge patches, not server-side apply. An apply sends every field its manager owns (one
+//! left out is removed), so each write here would have to be the whole status built from
+//! the cached object, which can lag this process's own last write by a watch event: a step
+//! that writes `phase` would put back the `pod` the step before it just replaced. A merge
+//! patch carries only what the decision changed, and each status field here has one writer,
+//! so there is no other manager's field to keep. (1.20, the lab's API server, has apply in
+//! beta; the argument holds on a current one.)
 
 use std::sync::Arc;
 

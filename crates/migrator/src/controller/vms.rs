@@ -51,7 +51,30 @@ const VM_NAMESPACE_LABEL: &str = "roam.dev/vm-namespace";
 /// The Secret key of a VM's shim token.
 const TOKEN_KEY: &str = "token";
 
-pub(super) async fn run(ctx: Arc<Context>) {
+/// The VM controller's context: what every controller shares, and the shim ports it picked
+/// that no VM's status holds yet (two reconciles at once must not pick the same).
+pub(super) struct Vms {
+    shared: Arc<Context>,
+    ports: std::sync::Mutex<roam_core::vm::PortBook>,
+}
+
+impl Vms {
+    pub(super) fn new(shared: Arc<Context>) -> Arc<Vms> {
+        Arc::new(Vms {
+            shared,
+            ports: std::sync::Mutex::new(roam_core::vm::PortBook::new()),
+        })
+    }
+}
+
+impl std::ops::Deref for Vms {
+    type Target = Context;
+    fn deref(&self) -> &Context {
+        &self.shared
+    }
+}
+
+pub(super) async fn run(ctx: Arc<Vms>) {
     let api: Api<VirtualMachine> = match &ctx.config.pod_namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
@@ -510,7 +533,7 @@ async fn carry_out(
 }
 
 /// Pick a free shim port: one no other VM uses.
-async fn allocate_port(ctx: &Context, vm: &VirtualMachine) -> Result<u16> {
+async fn allocate_port(ctx: &Vms, vm: &VirtualMachine) -> Result<u16> {
     let api: Api<VirtualMachine> = Api::all(ctx.client.clone());
     let used: BTreeMap<String, u16> = api
         .list(&ListParams::default())
@@ -544,7 +567,7 @@ async fn patch_status(ctx: &Context, vm: &VirtualMachine, st: &VirtualMachineSta
     status::vm(ctx, vm, json!(st)).await
 }
 
-pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action> {
+pub(super) async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Vms>) -> Result<Action> {
     if !ctx.in_scope(&vm.namespace().unwrap_or_default()).await? {
         // another roam-controller's namespace (--namespace-selector)
         return Ok(Action::await_change());
@@ -655,11 +678,7 @@ enum Started {
 
 /// Place the VM, claim its Addresses, give it a shim port and its launcher pod (recorded in
 /// `st`), then ask its shim. Bad input on the way is refused (status and Event).
-async fn start(
-    ctx: &Arc<Context>,
-    vm: &VirtualMachine,
-    st: &mut VirtualMachineStatus,
-) -> Result<Started> {
+async fn start(ctx: &Vms, vm: &VirtualMachine, st: &mut VirtualMachineStatus) -> Result<Started> {
     let (node, node_ip) = match place(ctx, vm, st).await {
         Ok(Some(placed)) => placed,
         Ok(None) => return Ok(Started::Wait(Action::requeue(Duration::from_secs(5)))),
@@ -669,7 +688,7 @@ async fn start(
         .pod
         .clone()
         .unwrap_or_else(|| format!("{}-launcher", vm.name_any()));
-    let nics = match claim_addresses(ctx, vm, &node, &pod_name).await {
+    let nics = match claim_addresses(&ctx.shared, vm, &node, &pod_name).await {
         Ok(nics) => nics,
         Err(e) => return refuse_or(ctx, vm, st, e).await,
     };

@@ -11,7 +11,7 @@ use serde_json::json;
 use super::super::fixtures::{Expect, Scenario, context};
 use super::super::networks::pass;
 use super::super::pods::reconcile as reconcile_pod;
-use super::super::vms::reconcile as reconcile_vm;
+use super::super::vms::{Vms, reconcile as reconcile_vm};
 use super::{address, network, network_with, node, pod, vm};
 use roam_api::{Network, VirtualMachine, VmPhase};
 
@@ -194,7 +194,7 @@ async fn a_vm_of_a_namespace_the_network_does_not_admit_gets_nothing_and_a_condi
             .with(json!({"status": {"phase": "Failed", "conditions": [
                 {"type": "Ready", "status": "False", "reason": "NetworkNotAllowed"}]}})),
     ]));
-    reconcile_vm(Arc::new(vm()), ctx.clone())
+    reconcile_vm(Arc::new(vm()), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     api.done().await;
@@ -233,7 +233,7 @@ async fn a_vm_that_holds_its_address_keeps_it_after_its_namespace_loses_access()
     v.spec.node = Some("node-a".into());
     api.put(&v);
     api.expect(Scenario::Free);
-    reconcile_vm(Arc::new(v), ctx.clone())
+    reconcile_vm(Arc::new(v), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     let stored: VirtualMachine = api

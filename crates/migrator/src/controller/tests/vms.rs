@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::super::fixtures::{Expect, Scenario, context};
 use super::super::launchers::reconcile_runner;
-use super::super::vms::reconcile;
+use super::super::vms::{Vms, reconcile};
 use super::{address, cordoned, network, node, pod, token_secret, vm};
 use roam_api::{Address, VirtualMachine, VmPhase};
 
@@ -53,7 +53,7 @@ async fn a_new_vm_claims_its_address_then_gets_its_launcher_pod() {
             "status": {"phase": "Starting", "node": "node-a", "pod": "demo-launcher"},
         })),
     ]));
-    let action = reconcile(Arc::new(vm()), ctx.clone())
+    let action = reconcile(Arc::new(vm()), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     let bodies = api.done().await;
@@ -119,7 +119,7 @@ async fn a_claim_that_loses_its_race_reads_the_winner_and_takes_another_ip() {
         Expect::patch(format!("{VMS}/demo/status?"))
             .with(json!({"status": {"interfaces": [{"ip": "10.1.0.3"}]}})),
     ]));
-    reconcile(Arc::new(v), ctx.clone())
+    reconcile(Arc::new(v), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     api.done().await;
@@ -160,7 +160,7 @@ async fn a_vm_without_a_node_goes_where_it_fits_best_or_says_why_none_fits() {
     .unwrap();
     api.put(&busy);
     api.put(&vm());
-    let _ = reconcile(Arc::new(vm()), ctx.clone())
+    let _ = reconcile(Arc::new(vm()), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     let st = status(&api, "demo");
@@ -171,7 +171,7 @@ async fn a_vm_without_a_node_goes_where_it_fits_best_or_says_why_none_fits() {
     big.metadata.name = Some("huge".into());
     big.spec.memory_mib = 16384;
     api.put(&big);
-    let _ = reconcile(Arc::new(big), ctx.clone())
+    let _ = reconcile(Arc::new(big), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     let st = status(&api, "huge");
@@ -215,7 +215,7 @@ async fn migrate_to_auto_picks_a_node_that_fits_or_refuses_with_the_reasons() {
         v
     };
     api.put(&running("demo"));
-    let _ = reconcile(Arc::new(running("demo")), ctx.clone())
+    let _ = reconcile(Arc::new(running("demo")), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     let migrations: Vec<roam_api::VirtualMachineMigration> =
@@ -233,7 +233,7 @@ async fn migrate_to_auto_picks_a_node_that_fits_or_refuses_with_the_reasons() {
     // node-c cordoned too: nothing fits
     api.put(&cordoned("node-c", "127.0.0.3"));
     api.put(&running("other"));
-    let _ = reconcile(Arc::new(running("other")), ctx.clone())
+    let _ = reconcile(Arc::new(running("other")), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     let migrations: Vec<roam_api::VirtualMachineMigration> =
@@ -333,7 +333,7 @@ async fn a_deleted_vm_is_torn_down_on_its_node_before_it_goes() {
             "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Deleting"}]},
         })),
     ]));
-    reconcile(Arc::new(v.clone()), ctx.clone())
+    reconcile(Arc::new(v.clone()), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     api.done().await;
@@ -356,7 +356,7 @@ async fn a_deleted_vm_is_torn_down_on_its_node_before_it_goes() {
         Expect::delete(format!("{token}?")),
         Expect::patch(format!("{VMS}/demo?")).with(json!({"metadata": {"finalizers": []}})),
     ]));
-    reconcile(Arc::new(v), ctx.clone())
+    reconcile(Arc::new(v), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     api.done().await;
@@ -390,7 +390,7 @@ async fn a_vm_whose_spec_cannot_run_is_refused_before_anything_is_created() {
     api.expect(Scenario::Steps(vec![
         Expect::patch(format!("{VMS}/demo/status?")).with(json!({"status": {"phase": "Failed"}})),
     ]));
-    let action = reconcile(Arc::new(bad), ctx.clone())
+    let action = reconcile(Arc::new(bad), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     api.done().await;
@@ -431,7 +431,7 @@ async fn a_vm_pinned_to_a_node_too_small_for_it_is_refused() {
     v.spec.cpu = 4;
     v.spec.node = Some("node-a".into());
     api.put(&v);
-    let _ = reconcile(Arc::new(v), ctx.clone())
+    let _ = reconcile(Arc::new(v), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     let st = status(&api, "demo");
@@ -555,7 +555,7 @@ async fn with_runners_a_new_vm_gets_an_unprivileged_launcher_pod_then_its_runner
             "status": {"phase": "Starting", "node": "node-a", "pod": "demo-launcher"},
         })),
     ]));
-    reconcile(Arc::new(v), ctx.clone())
+    reconcile(Arc::new(v), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     let bodies = api.done().await;
@@ -611,7 +611,7 @@ async fn with_runners_a_deleted_vm_waits_for_its_runner_to_go() {
             "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Deleting"}]},
         })),
     ]));
-    reconcile(Arc::new(v), ctx.clone())
+    reconcile(Arc::new(v), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     api.done().await;
@@ -626,7 +626,7 @@ async fn with_runners_a_deleted_vm_waits_for_its_runner_to_go() {
         Expect::delete(format!("{token}?")),
         Expect::patch(format!("{VMS}/demo?")).with(json!({"metadata": {"finalizers": []}})),
     ]));
-    reconcile(Arc::new(v), ctx.clone())
+    reconcile(Arc::new(v), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     api.done().await;
@@ -738,7 +738,7 @@ async fn a_pod_roam_did_not_create_is_not_the_vms_launcher() {
             "conditions": [{"type": "Ready", "status": "False", "reason": "LauncherInTheWay"}],
         }})),
     ]));
-    let action = reconcile(Arc::new(v), ctx.clone())
+    let action = reconcile(Arc::new(v), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     api.done().await;
@@ -795,7 +795,7 @@ async fn an_unrecorded_creation_is_deleted_by_uid_and_made_again() {
         Expect::delete("/api/v1/namespaces/ns/pods/demo-launcher?")
             .with(json!({"preconditions": {"uid": "demo-launcher-uid"}})),
     ]));
-    let action = reconcile(Arc::new(v), ctx.clone())
+    let action = reconcile(Arc::new(v), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     api.done().await;
@@ -824,7 +824,7 @@ async fn a_vm_over_its_namespaces_quota_waits_naming_the_quota() {
     api.put(&v);
     api.refuse_creates("/api/v1/namespaces/ns/pods", 403, QUOTA);
     api.expect(Scenario::Free);
-    let action = reconcile(Arc::new(v), ctx.clone())
+    let action = reconcile(Arc::new(v), Vms::new(ctx.clone()))
         .await
         .expect("reconcile");
     api.done().await;
