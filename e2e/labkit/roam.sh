@@ -131,7 +131,10 @@ roam_up() {
   kubectl --kubeconfig "$KUBECONFIG_PATH" -n roam-system get deploy roam-controller >/dev/null 2>&1 && had_deploy=1
   kubectl --kubeconfig "$KUBECONFIG_PATH" -n kube-system get ds roam-cni >/dev/null 2>&1 && had_ds=1
   roam_ovn_secret || return 1
-  kubectl --kubeconfig "$KUBECONFIG_PATH" apply -k "$ROAM_OVERLAY" >"$LAB_DIR/roam-apply.log" 2>&1 \
+  # the overlay names the default image store; a lab with its own ROAM_CACHE has it elsewhere
+  { kubectl --kubeconfig "$KUBECONFIG_PATH" kustomize "$ROAM_OVERLAY" \
+      | sed "s#ROAM_IMAGE_ROOT: /var/cache/roam/guest\$#ROAM_IMAGE_ROOT: $GUEST_DIR#" \
+      | kubectl --kubeconfig "$KUBECONFIG_PATH" apply -f -; } >"$LAB_DIR/roam-apply.log" 2>&1 \
     || { cat "$LAB_DIR/roam-apply.log" >&2; return 1; }
   # an image of the same name that changed under a running installation: roll it
   if [ -n "$had_deploy" ] && echo "$changed" | grep -qx controller; then
