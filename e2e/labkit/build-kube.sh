@@ -53,7 +53,25 @@ KUBE_GIT_TREE_STATE='clean'
 V
 # Build like debian/rules does (GOPATH mode, generators first); `go build` alone fails on this tree.
 echo "kube: building$need from the source (6-8 min on 2 CPUs, once: cached in $BIN_DIR)"
+# GOFLAGS=-v (the Makefile's variable) names each package as go compiles it: counted into a
+# progress line every 250, the rest of the output passed through.
+t0=$SECONDS
+set +e
 env -u GOFLAGS -u GOPATH HOME="$WORK" CGO_ENABLED=0 GOPROXY=off GOTOOLCHAIN=local \
-  KUBE_GIT_VERSION_FILE="$WORK/kube-version.env" make WHAT="${need# }"
+  KUBE_GIT_VERSION_FILE="$WORK/kube-version.env" make WHAT="${need# }" GOFLAGS=-v 2>&1 | {
+  n=0
+  while IFS= read -r line; do
+    if [[ $line =~ ^[A-Za-z0-9._/~-]+$ ]]; then
+      n=$((n + 1))
+      [ $((n % 250)) = 0 ] && echo "kube: +$((SECONDS - t0)) s, $n Go packages compiled"
+    else
+      printf '%s\n' "$line"
+    fi
+  done
+  echo "kube: +$((SECONDS - t0)) s, $n Go packages compiled"
+}
+rc=${PIPESTATUS[0]}
+set -e
+[ "$rc" = 0 ] || { echo "kube: the build failed (make exited $rc; its output is above)" >&2; exit "$rc"; }
 for b in $BINS; do install -D -m755 "_output/bin/$b" "$BIN_DIR/$b"; done
 echo "kube: built $BINS into $BIN_DIR"
