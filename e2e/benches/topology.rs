@@ -124,7 +124,7 @@ impl NbctlDaemon {
 
 impl Drop for NbctlDaemon {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("ovs-appctl")
+        let _ = std::process::Command::new(roam_e2e::tool("ovs-appctl"))
             .args(["-t", &self.ctl, "exit"])
             .status();
     }

@@ -7,6 +7,18 @@ E2E=$(cd "$LABKIT/.." && pwd)
 LAB_DIR=${ROAM_LAB_DIR:-/var/tmp/roam/lab}
 CACHE=${ROAM_CACHE:-/var/cache/roam}
 KUBE_BIN=$CACHE/kube/bin
+# OVN and Open vSwitch: a Debian suite's (ROAM_LAB_OVN, default trixie: OVN 25.03, OVS 3.5),
+# unpacked under $CACHE/ovn with the libraries they link (ovn-fetch.py) and first in PATH for
+# every part of the lab, central and chassis alike; `ROAM_LAB_OVN=system` runs the host's
+# packages instead (bookworm: OVN 23.03, OVS 3.1). A running lab remembers which ($LAB_DIR/ovn).
+ROAM_LAB_OVN=${ROAM_LAB_OVN:-$(cat "$LAB_DIR/ovn" 2>/dev/null || echo trixie)}
+if [ "$ROAM_LAB_OVN" = system ]; then
+  OVN_BIN= OVN_SHARE=/usr/share
+else
+  OVN_ROOT=$CACHE/ovn/$ROAM_LAB_OVN
+  OVN_BIN=$OVN_ROOT/bin OVN_SHARE=$OVN_ROOT/usr/share
+  PATH=$OVN_BIN:$PATH
+fi
 GUEST_DIR=$CACHE/guest
 
 # Two nodes by default; ROAM_LAB_NODES=3 adds node-c, for tests that need a choice of target

@@ -13,6 +13,8 @@ PKGS=(
   cpio uuid-runtime
   # Rust crates: virt (libvirt-dev, from backports below, + pkg-config)
   pkg-config
+  # the lab's OVN, unpacked from a newer suite (ovn-fetch.py)
+  patchelf
   # tests: DHCP clients, ping, capture
   busybox isc-dhcp-client iputils-ping tcpdump iproute2 procps psmisc util-linux
 )

@@ -1,8 +1,8 @@
 # Lab Kubernetes control plane: etcd, kube-apiserver (on the lab bridge, so node
-# namespaces reach it), kube-controller-manager (namespace, GC, service accounts, the
-# Deployment, ReplicaSet and DaemonSet controllers roam's installation needs, ClusterRole
-# aggregation for roam's tenant roles, and the PersistentVolume binder and protection for
-# VMs on claims), each controller with its own ServiceAccount's credentials. Pod Security:
+# namespaces reach it), kube-controller-manager with every controller a cluster runs by
+# default (endpoints and EndpointSlices, quotas, node lifecycle, jobs, disruption budgets,
+# the CSR signer with the lab CA, …; those that need a cloud provider disable themselves),
+# each controller with its own ServiceAccount's credentials. Pod Security:
 # PodSecurityPolicy admission, with the lab's policies (pod-security.yaml) applied as soon as
 # the API server is up. The Node
 # objects node-a and node-b are registered by the nodes' real kubelets, kube-scheduler is
@@ -90,7 +90,7 @@ kube_up() {
     >"$KDIR/logs/pod-security.log" 2>&1 || { cat "$KDIR/logs/pod-security.log" >&2; return 1; }
   "$KUBE_BIN/kube-controller-manager" --kubeconfig="$KUBECONFIG_PATH" \
     --authentication-kubeconfig="$KUBECONFIG_PATH" --authorization-kubeconfig="$KUBECONFIG_PATH" \
-    --controllers=namespace,garbagecollector,serviceaccount,serviceaccount-token,deployment,replicaset,daemonset,clusterrole-aggregation,persistentvolume-binder,pvc-protection,pv-protection,resourcequota \
+    --controllers='*' --cluster-signing-cert-file="$P/ca.crt" --cluster-signing-key-file="$P/ca.key" \
     --service-account-private-key-file="$P/sa.key" --root-ca-file="$P/ca.crt" --use-service-account-credentials=true \
     --leader-elect=false --bind-address=127.0.0.1 --secure-port=0 --port=0 --logtostderr=true --v=1 \
     >"$KDIR/logs/kube-controller-manager.log" 2>&1 9>&- &

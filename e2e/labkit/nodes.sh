@@ -22,7 +22,7 @@ remove_mount_points() {
 
 nodes_up() {
   local n ns d idx hidden h
-  mkdir -p "$LAB_DIR" && echo "$ROAM_LAB_NODES" > "$LAB_DIR/node-count"
+  mkdir -p "$LAB_DIR" && echo "$ROAM_LAB_NODES" > "$LAB_DIR/node-count" && echo "$ROAM_LAB_OVN" > "$LAB_DIR/ovn"
   make_mount_points
   ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
   ip addr replace "$BRIDGE_IP/24" dev "$BRIDGE"
@@ -87,7 +87,7 @@ nodes_down() {
     ip link del "roam-gnv$idx" 2>/dev/null || true
   done
   ip link del "$GNV_BRIDGE" 2>/dev/null || true
-  rm -f "$LAB_DIR/node-count"
+  rm -f "$LAB_DIR/node-count" "$LAB_DIR/ovn"
   ip link del "$BRIDGE" 2>/dev/null || true
   remove_mount_points
 }

@@ -54,8 +54,8 @@ ovn_pki() {
 ovn_central_up() {
   mkdir -p "$CENTRAL"
   rm -f "$CENTRAL"/*.db
-  ovsdb-tool create "$CENTRAL/ovnnb_db.db" /usr/share/ovn/ovn-nb.ovsschema
-  ovsdb-tool create "$CENTRAL/ovnsb_db.db" /usr/share/ovn/ovn-sb.ovsschema
+  ovsdb-tool create "$CENTRAL/ovnnb_db.db" "$OVN_SHARE/ovn/ovn-nb.ovsschema"
+  ovsdb-tool create "$CENTRAL/ovnsb_db.db" "$OVN_SHARE/ovn/ovn-sb.ovsschema"
   ovn_pki || return 1
   local db
   for db in nb sb; do
@@ -90,7 +90,7 @@ ovn_chassis_up() {
   local n=$1 d; d=$(node_dir "$n")
   mkdir -p "$d/ovs"
   rm -f "$d/ovs/conf.db"
-  ovsdb-tool create "$d/ovs/conf.db" /usr/share/openvswitch/vswitch.ovsschema
+  ovsdb-tool create "$d/ovs/conf.db" "$OVN_SHARE/openvswitch/vswitch.ovsschema"
   node_exec "$n" ovsdb-server -vconsole:off --detach --no-chdir --pidfile=/run/openvswitch/ovsdb-server.pid \
     --log-file="$d/logs/ovsdb-server.log" --remote=punix:/run/openvswitch/db.sock \
     --unixctl=/run/openvswitch/ovsdb-server.ctl "$d/ovs/conf.db" || return 1

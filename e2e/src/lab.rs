@@ -48,11 +48,14 @@ impl Node {
 }
 
 impl Lab {
-    /// The running lab. Panics with instructions when it is not up.
-    pub fn get() -> Lab {
+    fn env_file() -> PathBuf {
         let dir = std::env::var("ROAM_LAB_DIR").unwrap_or_else(|_| "/var/tmp/roam/lab".into());
-        let file = PathBuf::from(&dir).join("lab.env");
-        let mut vars: HashMap<String, String> = std::fs::read_to_string(&file)
+        PathBuf::from(&dir).join("lab.env")
+    }
+
+    /// What the environment and `lab.env` say, whether or not the lab is up.
+    fn read() -> Lab {
+        let mut vars: HashMap<String, String> = std::fs::read_to_string(Lab::env_file())
             .unwrap_or_default()
             .lines()
             .filter_map(|l| l.split_once('='))
@@ -63,7 +66,13 @@ impl Lab {
                 vars.insert(k, v);
             }
         }
-        let lab = Lab { vars };
+        Lab { vars }
+    }
+
+    /// The running lab. Panics with instructions when it is not up.
+    pub fn get() -> Lab {
+        let file = Lab::env_file();
+        let lab = Lab::read();
         if lab.var_opt("OVN_NB_DB").is_none() || lab.var_opt("KUBECONFIG").is_none() {
             panic!(
                 "the roam lab is not up ({} missing): run `sudo e2e/lab up` first (the tests need a real \
@@ -368,9 +377,28 @@ pub fn guest_boots(serial: &str) -> usize {
     serial.matches(GUEST_BOOT_MARKER).count()
 }
 
+/// `program` as the lab runs it: OVN's and Open vSwitch's tools (`ovn-*`, `ovs-*`,
+/// `ovsdb-*`) from the lab's own OVN release (`ROAM_OVN_BIN`, newer than the host's
+/// packages: a tool must speak its databases' schema), anything else as PATH finds it.
+pub fn tool(program: &str) -> String {
+    static OVN_BIN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let bin = OVN_BIN.get_or_init(|| Lab::read().var_opt("ROAM_OVN_BIN").map(String::from));
+    match bin {
+        Some(dir)
+            if !program.contains('/')
+                && ["ovn-", "ovs-", "ovsdb-"]
+                    .iter()
+                    .any(|p| program.starts_with(p)) =>
+        {
+            format!("{dir}/{program}")
+        }
+        _ => program.to_string(),
+    }
+}
+
 /// Run a program; panic with its output if it fails. Returns stdout.
 pub fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
+    let out = Command::new(tool(program))
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
@@ -635,7 +663,7 @@ pub fn apply_crds(lab: &Lab) {
 
 /// Run a program; `Ok(stdout)` or `Err(stderr)`.
 pub fn try_run(program: &str, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(program)
+    let out = Command::new(tool(program))
         .args(args)
         .output()
         .map_err(|e| e.to_string())?;
@@ -686,7 +714,7 @@ pub fn node_command(lab: &Lab, node: &str, program: &str) -> Command {
     let key = node.replace('-', "_").to_uppercase();
     let pid = lab.var(&format!("ROAM_{key}_HOLDER_PID")).to_string();
     let mut c = Command::new("nsenter");
-    c.args(["-t", &pid, "-m", "-n", "--", program]);
+    c.args(["-t", &pid, "-m", "-n", "--", &tool(program)]);
     c
 }
 

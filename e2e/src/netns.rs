@@ -70,14 +70,16 @@ impl TestNetns {
 
     /// Run a program inside the namespace; panic on failure.
     pub fn run(&self, program: &str, args: &[&str]) -> String {
-        let mut all = vec!["netns", "exec", self.name.as_str(), program];
+        let program = crate::lab::tool(program);
+        let mut all = vec!["netns", "exec", self.name.as_str(), &program];
         all.extend_from_slice(args);
         run("ip", &all)
     }
 
     /// Run a program inside the namespace; `Ok(stdout)` or `Err(stderr)`.
     pub fn try_run(&self, program: &str, args: &[&str]) -> Result<String, String> {
-        let mut all = vec!["netns", "exec", self.name.as_str(), program];
+        let program = crate::lab::tool(program);
+        let mut all = vec!["netns", "exec", self.name.as_str(), &program];
         all.extend_from_slice(args);
         try_run("ip", &all)
     }
@@ -279,7 +281,8 @@ impl NodeNetns {
 
     /// Run a program inside the namespace; `Ok(stdout)` or `Err(stderr)`.
     pub fn try_run(&self, program: &str, args: &[&str]) -> Result<String, String> {
-        let mut all = vec!["exec", self.name.as_str(), program];
+        let program = crate::lab::tool(program);
+        let mut all = vec!["exec", self.name.as_str(), &program];
         all.extend_from_slice(args);
         self.netns(&all)
     }
