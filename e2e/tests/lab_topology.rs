@@ -629,7 +629,8 @@ fn bad_input_leaves_the_nb_database_unchanged() {
     assert!(matches!(err, Error::InvalidTopology { .. }), "{err}");
     assert_eq!(env.dump(), before);
 
-    // a value that passes planning but not the schema (DSCP 0..63): refused before sending
+    // a DSCP that is none (0..63; the NB schema of OVN ≥ 24 takes any integer there): refused
+    // by roam's own check before sending
     let mut bad = t.clone();
     bad.switches
         .get_mut("e2e-topo-node-b")
@@ -640,6 +641,28 @@ fn bad_input_leaves_the_nb_database_unchanged() {
             dscp: 99,
         });
     let err = env.reconcile(&bad).expect_err("DSCP 99 is invalid");
+    println!("DSCP check: {err}");
+    assert!(matches!(err, Error::InvalidTopology { .. }), "{err}");
+    assert_eq!(env.dump(), before);
+
+    // a value that passes the check but not the server's schema (a localnet port's VLAN tag,
+    // 0..4095 there): refused by the schema check before sending
+    let mut bad = t.clone();
+    bad.switches
+        .get_mut("e2e-topo-node-b")
+        .unwrap()
+        .ports
+        .insert(
+            "e2e-topo-ln".into(),
+            SwitchPort {
+                name: "e2e-topo-ln".into(),
+                kind: SwitchPortKind::Localnet {
+                    network_name: "physnet".into(),
+                    tag: Some(5000),
+                },
+            },
+        );
+    let err = env.reconcile(&bad).expect_err("VLAN tag 5000 is invalid");
     println!("schema check: {err}");
     assert!(
         matches!(err, Error::Ovsdb(ovsdb::Error::InvalidValue { .. })),

@@ -200,8 +200,9 @@ fn target_uuid(op: &Value) -> Option<String> {
 /// Check that OVN can realize `desired`: logical port names are unique across all switch
 /// AND router ports (ovn-northd binds ports by name in one namespace and ignores a
 /// duplicate with only a warning, leaving a silently broken datapath), every router-type
-/// switch port names a router port of the plan, and every route's output port is a port of
-/// its router. [`reconcile`](crate::northbound::reconcile) refuses a failing plan with
+/// switch port names a router port of the plan, every route's output port is a port of
+/// its router, and every QoS rule's DSCP is one (0..=63: the NB schema bounds it only up to
+/// 23.x; later schemas take any 32-bit value for `action`, shared with `mark`). [`reconcile`](crate::northbound::reconcile) refuses a failing plan with
 /// [`Error::InvalidTopology`](crate::Error::InvalidTopology) before sending anything.
 pub fn check(desired: &Topology, network: &str) -> Result<()> {
     let invalid = |reason: String| {
@@ -242,6 +243,14 @@ pub fn check(desired: &Topology, network: &str) -> Result<()> {
                     p.name
                 ));
             }
+        }
+    }
+    for ls in desired.switches.values() {
+        if let Some(q) = ls.qos.iter().find(|q| q.dscp > 63) {
+            return invalid(format!(
+                "switch {} marks {} with DSCP {}; a DSCP is 0..=63",
+                ls.name, q.r#match, q.dscp
+            ));
         }
     }
     for lr in desired.routers.values() {

@@ -761,6 +761,23 @@ fn check_refuses_what_ovn_cannot_realize() {
             output_port: Some("ovl-node-0-rtr-gw".into()),
         });
     assert!(invalid(ok(&wrong_out)).contains("ovl-node-0-rtr-gw"));
+
+    let mut dscp = t.clone();
+    dscp.switches
+        .get_mut("ovl-node-0")
+        .unwrap()
+        .qos
+        .insert(QosRule {
+            r#match: "inport == \"p1.node-0\"".into(),
+            dscp: 64,
+        });
+    assert!(invalid(ok(&dscp)).contains("DSCP 64"));
+    dscp.switches.get_mut("ovl-node-0").unwrap().qos = [QosRule {
+        r#match: "inport == \"p1.node-0\"".into(),
+        dscp: 63,
+    }]
+    .into();
+    ok(&dscp).expect("DSCP 63 is one");
 }
 
 // ---- the VLAN underlay ----
