@@ -607,8 +607,16 @@ fn bad_input_leaves_the_nb_database_unchanged() {
     assert!(matches!(err, PlanError::DuplicateIp { .. }), "{err}");
     assert_eq!(env.dump(), before);
 
+    // a plan refused before anything is sent: the error, the NB as it was
+    let refused = |plan: &Topology, what: &str| {
+        let err = env.reconcile(plan).expect_err(what);
+        println!("{what}: {err}");
+        assert_eq!(env.dump(), before, "{what}: the NB is unchanged");
+        err
+    };
+
     // a plan OVN cannot realize: a switch port named like a router port (ovn-northd would
-    // drop one of them with a warning); refused before sending anything
+    // drop one of them with a warning)
     let mut clash = t.clone();
     clash
         .switches
@@ -624,10 +632,8 @@ fn bad_input_leaves_the_nb_database_unchanged() {
                 },
             },
         );
-    let err = env.reconcile(&clash).expect_err("clashing port names");
-    println!("port name clash: {err}");
+    let err = refused(&clash, "clashing port names");
     assert!(matches!(err, Error::InvalidTopology { .. }), "{err}");
-    assert_eq!(env.dump(), before);
 
     // a DSCP that is none (0..63; the NB schema of OVN ≥ 24 takes any integer there): refused
     // by roam's own check before sending
@@ -640,10 +646,8 @@ fn bad_input_leaves_the_nb_database_unchanged() {
             r#match: "inport == \"p2.node-b\"".into(),
             dscp: 99,
         });
-    let err = env.reconcile(&bad).expect_err("DSCP 99 is invalid");
-    println!("DSCP check: {err}");
+    let err = refused(&bad, "DSCP 99");
     assert!(matches!(err, Error::InvalidTopology { .. }), "{err}");
-    assert_eq!(env.dump(), before);
 
     // a value that passes the check but not the server's schema (a localnet port's VLAN tag,
     // 0..4095 there): refused by the schema check before sending
@@ -662,13 +666,11 @@ fn bad_input_leaves_the_nb_database_unchanged() {
                 },
             },
         );
-    let err = env.reconcile(&bad).expect_err("VLAN tag 5000 is invalid");
-    println!("schema check: {err}");
+    let err = refused(&bad, "VLAN tag 5000");
     assert!(
         matches!(err, Error::Ovsdb(ovsdb::Error::InvalidValue { .. })),
         "{err}"
     );
-    assert_eq!(env.dump(), before);
 
     // a transaction the server rejects: a foreign port already has the name of a new one
     env.nbctl(&["ls-add", FOREIGN_LS]);
@@ -678,13 +680,11 @@ fn bad_input_leaves_the_nb_database_unchanged() {
         diff(&env.actual(), &t3, NET).len() > 3,
         "a sizeable transaction"
     );
-    let err = env.reconcile(&t3).expect_err("the name is taken");
-    println!("server rejection: {err}");
+    let err = refused(&t3, "the name is taken");
     assert!(
         matches!(err, Error::Ovsdb(ovsdb::Error::Transaction { .. })),
         "{err}"
     );
-    assert_eq!(env.dump(), before);
     env.nbctl(&["ls-del", FOREIGN_LS]);
 
     // a crafted transaction: a valid route change, then a reference to a row that does not
