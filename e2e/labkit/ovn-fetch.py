@@ -7,8 +7,8 @@ with the host's.
 usage: ovn-fetch.py SUITE ROOT
 
 Each .deb is checked against the SHA256 the suite's Packages index gives. Prints one line
-per step. ROOT/.done names the versions once everything is in place; a ROOT with it is kept as it is
-(remove ROOT for the suite's current packages).
+per step. ROOT/.done names the versions once everything is in place; a ROOT with it is kept
+as it is (remove ROOT for the suite's current packages).
 """
 
 import hashlib

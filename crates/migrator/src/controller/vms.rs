@@ -351,10 +351,11 @@ async fn teardown(ctx: &Context, vm: &VirtualMachine) -> Result<Action> {
             end_migration(ctx, vm, name, mig).await?;
         }
         teardown::Plan::Pods(steps) => {
-            // read once for the pass, not per pod
-            let token = token(ctx, vm).await?;
+            // read at the pass's first shim teardown, once (a pass that only deletes pods
+            // must not make the token Secret again: token() creates a missing one)
+            let mut token = None;
             for (pod, step) in steps {
-                if let Some(why) = carry_out(ctx, vm, &seen, &token, pod, step).await? {
+                if let Some(why) = carry_out(ctx, vm, &seen, &mut token, pod, step).await? {
                     message = format!("{message} ({why})");
                 }
             }
@@ -473,7 +474,7 @@ async fn carry_out(
     ctx: &Context,
     vm: &VirtualMachine,
     seen: &TeardownSeen,
-    token: &str,
+    token: &mut Option<String>,
     pod: &str,
     step: &teardown::Step,
 ) -> Result<Option<String>> {
@@ -486,6 +487,10 @@ async fn carry_out(
                 .as_ref()
                 .and_then(|s| s.shim_port)
                 .unwrap_or_default();
+            let token = match token {
+                Some(t) => t,
+                None => token.insert(self::token(ctx, vm).await?),
+            };
             match client(ctx, vm, &node, &node_ip, port, token)
                 .await?
                 .teardown()

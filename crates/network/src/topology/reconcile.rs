@@ -202,7 +202,8 @@ fn target_uuid(op: &Value) -> Option<String> {
 /// duplicate with only a warning, leaving a silently broken datapath), every router-type
 /// switch port names a router port of the plan, every route's output port is a port of
 /// its router, and every QoS rule's DSCP is one (0..=63: the NB schema bounds it only up to
-/// 23.x; later schemas take any 32-bit value for `action`, shared with `mark`). [`reconcile`](crate::northbound::reconcile) refuses a failing plan with
+/// 23.x; later schemas take any 32-bit value for `action`, shared with `mark`).
+/// [`reconcile`](crate::northbound::reconcile) refuses a failing plan with
 /// [`Error::InvalidTopology`](crate::Error::InvalidTopology) before sending anything.
 pub fn check(desired: &Topology, network: &str) -> Result<()> {
     let invalid = |reason: String| {
